@@ -1,0 +1,61 @@
+"""Exceptions raised while decoding Kafka RecordBatch v2 bytes.
+
+Every exception carries the byte position (relative to the start of the buffer the caller handed in)
+at which the problem was found, as a structured field, so callers can report and truncate precisely.
+"""
+
+from __future__ import annotations
+
+
+class RecordsError(Exception):
+    """Base class of every record-format error."""
+
+    def __init__(self, message: str, *, position: int) -> None:
+        super().__init__(f"{message} (at byte {position})")
+        self.position = position
+
+
+class TruncatedBatchError(RecordsError):
+    """The buffer ends before the batch it starts does."""
+
+    def __init__(self, *, position: int, needed: int, available: int) -> None:
+        super().__init__(f"truncated batch: needs {needed} bytes, {available} available", position=position)
+        self.needed = needed
+        self.available = available
+
+
+class CorruptBatchError(RecordsError):
+    """The batch header is self-inconsistent (negative or too-small length, bad counts)."""
+
+
+class CorruptCrcError(RecordsError):
+    """The CRC-32C stored in the batch does not match the bytes it covers."""
+
+    def __init__(self, *, position: int, expected: int, actual: int) -> None:
+        super().__init__(f"CRC-32C mismatch: stored {expected:#010x}, computed {actual:#010x}", position=position)
+        self.expected = expected
+        self.actual = actual
+
+
+class UnsupportedMagicError(RecordsError):
+    """The batch uses a message format other than v2 (magic 2)."""
+
+    def __init__(self, *, position: int, magic: int) -> None:
+        super().__init__(f"unsupported magic {magic}, only RecordBatch v2 (magic 2) is accepted", position=position)
+        self.magic = magic
+
+
+class UnknownCodecError(RecordsError):
+    """The compression bits of the attributes name no known codec."""
+
+    def __init__(self, *, position: int, codec: int) -> None:
+        super().__init__(f"unknown compression codec {codec}", position=position)
+        self.codec = codec
+
+
+class CorruptRecordError(RecordsError):
+    """A record inside a batch cannot be decoded (bad varint, length past the end, bad count)."""
+
+    def __init__(self, message: str, *, position: int, record_index: int) -> None:
+        super().__init__(f"record {record_index}: {message}", position=position)
+        self.record_index = record_index
