@@ -1,0 +1,104 @@
+"""Which kio entity classes Floe speaks, and how handlers build a response of whatever version was asked.
+
+Handlers describe a response once, as nested dicts that hold the union of the fields every version
+knows; `build_entity` walks the kio dataclass of the negotiated version and takes only the fields that
+version has, so one handler serves every supported version without per-version code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.index import api_key_map
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from kio.static.constants import EntityType
+
+# API key -> (lowest, highest) version Floe serves. The lowest versions are Kafka 4.0's floor (the
+# oldest kio generates); the highest are where the behaviour behind every field is implemented.
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (3, 9),  # Produce
+    1: (4, 12),  # Fetch (v13+ addresses topics by id only)
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata
+    8: (2, 8),  # OffsetCommit
+    9: (1, 7),  # OffsetFetch
+    10: (0, 4),  # FindCoordinator
+    11: (0, 9),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 4),  # ListGroups
+    18: (0, 3),  # ApiVersions
+    19: (2, 7),  # CreateTopics
+    20: (1, 5),  # DeleteTopics
+    22: (0, 4),  # InitProducerId
+    23: (2, 4),  # OffsetForLeaderEpoch
+    32: (1, 4),  # DescribeConfigs
+    42: (0, 2),  # DeleteGroups
+}
+
+API_VERSIONS_KEY = 18
+
+
+def api_name(api_key: int) -> str:
+    return api_key_map.get(api_key, f"api_{api_key}")
+
+
+@cache
+def request_class(api_key: int, version: int) -> type:
+    module = load_payload_module(api_key, version, EntityType.request)
+    return module.__dict__[_payload_class_name(module, EntityType.request)]
+
+
+@cache
+def response_class(api_key: int, version: int) -> type:
+    module = load_payload_module(api_key, version, EntityType.response)
+    return module.__dict__[_payload_class_name(module, EntityType.response)]
+
+
+def _payload_class_name(module: Any, entity_type: EntityType) -> str:
+    for name, value in vars(module).items():
+        if isinstance(value, type) and getattr(value, "__type__", None) == entity_type:
+            return name
+    raise LookupError(f"no {entity_type.name} entity in {module.__name__}")
+
+
+@cache
+def _field_plan(cls: type) -> tuple[tuple[str, type | None, bool, bool], ...]:
+    """(name, nested entity type or None, is_array, has_default) for each field of ``cls``."""
+    plan = []
+    for field in dataclasses.fields(cls):
+        kind = classify_field(field)
+        nested = kind.type_ if isinstance(kind, EntityField | EntityTupleField) else None
+        has_default = field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
+        plan.append((field.name, nested, kind.is_array, has_default))
+    return tuple(plan)
+
+
+def build_entity(cls: type, data: Mapping[str, Any]) -> Any:
+    """Instantiate kio entity ``cls`` from ``data``, ignoring keys the class has no field for.
+
+    Nested entities and arrays of entities are given as dicts and lists of dicts. A field that is
+    missing from ``data`` takes the schema default; a missing field without one raises KeyError.
+    """
+    kwargs = {}
+    for name, nested, is_array, has_default in _field_plan(cls):
+        if name not in data:
+            if has_default:
+                continue
+            raise KeyError(f"{cls.__qualname__}.{name} has no value and no default")
+        value = data[name]
+        if nested is not None and value is not None:
+            if is_array:
+                value = tuple(v if isinstance(v, nested) else build_entity(nested, v) for v in value)
+            elif isinstance(value, Mapping):
+                value = build_entity(nested, value)
+        elif is_array and value is not None and not isinstance(value, tuple):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
