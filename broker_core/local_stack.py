@@ -1,0 +1,262 @@
+"""The embedded local stack behind `floe local up`: moto in server mode plus N broker processes.
+
+Everything is a real process reached over loopback: moto serves S3 and DynamoDB over HTTP through
+the same `endpoint_url` setting production uses, and each broker is `python -m broker_core.server`.
+Once every broker answers, `stack.json` in the stack directory tells clients where things are.
+
+moto keeps its state in memory, so the stack saves the DynamoDB tables under its prefix and the
+bucket's objects into `<dir>/aws-state/` when it stops (and every `snapshot_interval_s` while it
+runs) and loads them back when it starts again on the same directory; the brokers' logs live in
+`<dir>/broker-<id>/`. Restarting with the same directory therefore keeps topics and data.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from broker_core.aws import AwsSettings
+from broker_core.local_moto import MotoServer, start_moto_server
+from broker_core.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DIR = Path(".floe/local")
+STACK_FILE = "stack.json"
+_BROKER_READY_TIMEOUT_S = 60.0
+_BROKER_STOP_TIMEOUT_S = 20.0
+
+
+class StackError(RuntimeError):
+    """The local stack could not start; the message says which part and where its log is."""
+
+
+@dataclass
+class BrokerProcess:
+    broker_id: int
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen | None = None
+    port: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process else -1
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class LocalStack:
+    directory: Path = DEFAULT_DIR
+    brokers: int = 1
+    overrides: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    region: str = "us-east-1"
+    bucket: str = "floe-local"
+    table_prefix: str = "floe-"
+    moto: MotoServer | None = None
+    processes: dict[int, BrokerProcess] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.directory = Path(self.directory).resolve()
+
+    # lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def aws(self) -> AwsSettings:
+        assert self.moto is not None, "stack not started"
+        return AwsSettings(endpoint_url=self.moto.endpoint_url, region=self.region, bucket=self.bucket,
+                           table_prefix=self.table_prefix)
+
+    def start(self) -> dict[str, Any]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "logs").mkdir(exist_ok=True)
+        for name, value in (("AWS_ACCESS_KEY_ID", "floe-local"), ("AWS_SECRET_ACCESS_KEY", "floe-local")):
+            os.environ.setdefault(name, value)
+        self.moto = start_moto_server(self.host, 0, log_path=self.directory / "logs" / "moto.log")
+        try:
+            MetadataStore(self.aws).ensure_tables()
+            s3 = self._s3()
+            s3.create_bucket(Bucket=self.bucket)
+            self._restore_state()
+            for broker_id in range(1, self.brokers + 1):
+                self.start_broker(broker_id)
+            for broker_id in self.processes:
+                self.wait_for_broker(broker_id)
+        except BaseException:
+            self.stop(save_state=False)
+            raise
+        return self.write_stack_file()
+
+    def stop(self, *, save_state: bool = True) -> None:
+        for broker in self.processes.values():
+            if broker.alive():
+                broker.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + _BROKER_STOP_TIMEOUT_S
+        for broker in self.processes.values():
+            if broker.process is None:
+                continue
+            try:
+                broker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                broker.process.kill()
+                broker.process.wait()
+        if self.moto is not None:
+            if save_state:
+                self.save_state()
+            self.moto.stop()
+            self.moto = None
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # brokers -----------------------------------------------------------------------------------
+
+    def start_broker(self, broker_id: int) -> BrokerProcess:
+        data_dir = self.directory / f"broker-{broker_id}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        broker = self.processes.get(broker_id) or BrokerProcess(
+            broker_id, data_dir, self.directory / "logs" / f"broker-{broker_id}.log")
+        ready = data_dir / "ready.json"
+        ready.unlink(missing_ok=True)
+        port = broker.port  # a restarted broker keeps its port so clients' bootstrap lists stay valid
+        command = [
+            sys.executable, "-m", "broker_core.server", "--broker-id", str(broker_id), "--host", self.host,
+            "--port", str(port), "--data-dir", str(data_dir), "--endpoint-url", self.aws.endpoint_url,
+            "--region", self.region, "--bucket", self.bucket, "--table-prefix", self.table_prefix,
+            "--ready-file", str(ready),
+        ]
+        for key, value in self.overrides.items():
+            command += ["--set", f"{key}={value}"]
+        log_file = open(broker.log_path, "ab")
+        broker.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+        log_file.close()
+        self.processes[broker_id] = broker
+        return broker
+
+    def wait_for_broker(self, broker_id: int, timeout_s: float = _BROKER_READY_TIMEOUT_S) -> BrokerProcess:
+        broker = self.processes[broker_id]
+        ready = broker.data_dir / "ready.json"
+        deadline = time.monotonic() + timeout_s
+        while not ready.exists():
+            if not broker.alive():
+                raise StackError(f"broker {broker_id} exited during start-up; see {broker.log_path}")
+            if time.monotonic() > deadline:
+                raise StackError(f"broker {broker_id} not ready after {timeout_s:.0f}s; see {broker.log_path}")
+            time.sleep(0.05)
+        broker.port = json.loads(ready.read_text())["port"]
+        return broker
+
+    def kill_broker(self, broker_id: int, sig: int = signal.SIGKILL) -> None:
+        broker = self.processes[broker_id]
+        if broker.alive():
+            broker.process.send_signal(sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                broker.process.wait(timeout=_BROKER_STOP_TIMEOUT_S)
+
+    def restart_broker(self, broker_id: int) -> BrokerProcess:
+        self.start_broker(broker_id)
+        broker = self.wait_for_broker(broker_id)
+        self.write_stack_file()
+        return broker
+
+    # stack.json --------------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{self.host}:{b.port}" for b in self.processes.values() if b.port)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "brokers": [
+                {"id": b.broker_id, "host": self.host, "port": b.port, "pid": b.pid, "data_dir": str(b.data_dir)}
+                for b in self.processes.values()
+            ],
+            "aws": self.aws.to_dict(),
+            "moto_pid": self.moto.pid if self.moto else -1,
+        }
+
+    def write_stack_file(self) -> dict[str, Any]:
+        info = self.describe()
+        path = self.directory / STACK_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info, indent=2) + "\n")
+        tmp.rename(path)
+        return info
+
+    # moto state --------------------------------------------------------------------------------
+
+    def _s3(self) -> Any:
+        return boto3.client("s3", **self.aws.boto3_kwargs())
+
+    def _dynamodb(self) -> Any:
+        return boto3.client("dynamodb", **self.aws.boto3_kwargs())
+
+    def save_state(self) -> None:
+        """Write every item of the prefixed tables and every object of the bucket under aws-state/."""
+        state = self.directory / "aws-state"
+        tables_dir, objects_dir = state / "tables.tmp", state / "objects"
+        tables_dir.mkdir(parents=True, exist_ok=True)
+        dynamodb = self._dynamodb()
+        for table in dynamodb.list_tables()["TableNames"]:
+            if not table.startswith(self.table_prefix):
+                continue
+            items = []
+            for page in dynamodb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+                items += page["Items"]
+            # Items stay in DynamoDB's own attribute-value JSON, so every type round-trips exactly.
+            (tables_dir / f"{table}.json").write_text(json.dumps(items))
+        s3 = self._s3()
+        keys = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
+            for obj in page.get("Contents", []):
+                keys.append(obj["Key"])
+                target = objects_dir / obj["Key"]
+                if not target.exists() or target.stat().st_size != obj["Size"]:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    s3.download_file(self.bucket, obj["Key"], str(target))
+        (state / "objects.json").write_text(json.dumps(keys))
+        final = state / "tables"
+        if final.exists():
+            for old in final.iterdir():
+                old.unlink()
+            final.rmdir()
+        tables_dir.rename(final)
+
+    def _restore_state(self) -> None:
+        state = self.directory / "aws-state"
+        tables_dir = state / "tables"
+        if not tables_dir.exists():
+            return
+        dynamodb = self._dynamodb()
+        for path in sorted(tables_dir.glob("*.json")):
+            for item in json.loads(path.read_text()):
+                dynamodb.put_item(TableName=path.stem, Item=item)
+        s3 = self._s3()
+        for key in json.loads((state / "objects.json").read_text()) if (state / "objects.json").exists() else []:
+            s3.upload_file(str(state / "objects" / key), self.bucket, key)
+
+
+def load_stack(directory: Path | str = DEFAULT_DIR) -> dict[str, Any]:
+    path = Path(directory) / STACK_FILE
+    if not path.exists():
+        raise StackError(f"no {STACK_FILE} in {directory}: start the stack with `floe local up` first")
+    return json.loads(path.read_text())

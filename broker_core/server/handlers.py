@@ -1,0 +1,470 @@
+"""Request handlers: what the broker does for each Kafka API it serves.
+
+Each handler takes the decoded kio request and returns a kio response (or None when the protocol
+says no response is sent: Produce with acks=0). Responses are described once as dicts holding every
+version's fields and built for the negotiated version with `build_entity`. Per-partition problems
+become per-partition error codes; nothing a client sends can raise out of a handler except a
+request-level error, which the connection answers or turns into closing that connection alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError
+from broker_core.metadata import errors as meta_errors
+from broker_core.metadata.store import validate_topic_name
+from broker_core.protocol.framing import FileRecords, Request
+from broker_core.protocol.messages import SUPPORTED_VERSIONS, build_entity, response_class
+from broker_core.records.errors import (
+    CorruptCrcError,
+    RecordsError,
+    UnsupportedMagicError,
+)
+
+from .topic_configs import TopicConfigError, describe_topic_configs, validate_topic_configs
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+ZERO = datetime.timedelta(0)
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+CONFIG_SOURCE_TOPIC = 1
+CONFIG_SOURCE_STATIC_BROKER = 4
+CONFIG_SOURCE_DEFAULT = 5
+
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+def _respond(request: Request, data: dict[str, Any]) -> Any:
+    return build_entity(response_class(request.api_key, request.api_version), data)
+
+
+class RequestHandlers:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.table: dict[int, Handler] = {
+            0: self.produce,
+            1: self.fetch,
+            2: self.list_offsets,
+            3: self.metadata,
+            18: self.api_versions,
+            19: self.create_topics,
+            20: self.delete_topics,
+            32: self.describe_configs,
+        }
+
+    def register(self, api_key: int, handler: Handler) -> None:
+        """Other subsystems (groups, replication) add their APIs here."""
+        self.table[api_key] = handler
+
+    def supported(self) -> dict[int, tuple[int, int]]:
+        return {key: SUPPORTED_VERSIONS[key] for key in sorted(self.table) if key in SUPPORTED_VERSIONS}
+
+    async def handle(self, request: Request) -> Any:
+        return await self.table[request.api_key](request)
+
+    # ApiVersions -------------------------------------------------------------------------------
+
+    def api_versions_response(self, request: Request, error: ErrorCode = ErrorCode.none) -> Any:
+        keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in self.supported().items()]
+        return _respond(request, {"error_code": error, "api_keys": keys, "throttle_time": ZERO})
+
+    async def api_versions(self, request: Request) -> Any:
+        return self.api_versions_response(request)
+
+    # Metadata ----------------------------------------------------------------------------------
+
+    async def metadata(self, request: Request) -> Any:
+        image = self.broker.image
+        body = request.body
+        if body.topics is None:
+            names = sorted(image.topics)
+        else:
+            names = []
+            for entry in body.topics:
+                name = getattr(entry, "name", None)
+                topic_id = getattr(entry, "topic_id", None)
+                if name is None and topic_id is not None:
+                    described = image.topics_by_id.get(str(topic_id))
+                    name = described.name if described else None
+                names.append(name)
+        live = {b.broker_id for b in image.live_brokers()}
+        topics = []
+        for name in names:
+            described = image.topics.get(name) if name is not None else None
+            if described is None:
+                topics.append({
+                    "error_code": ErrorCode.unknown_topic_or_partition, "name": name,
+                    "topic_id": uuid.UUID(int=0), "is_internal": False, "partitions": [],
+                })
+                continue
+            partitions = []
+            for state in image.partitions_of(name):
+                partitions.append({
+                    "error_code": ErrorCode.none if state.leader >= 0 else ErrorCode.leader_not_available,
+                    "partition_index": state.partition,
+                    "leader_id": state.leader,
+                    "leader_epoch": state.leader_epoch,
+                    "replica_nodes": list(state.replicas),
+                    "isr_nodes": list(state.isr),
+                    "offline_replicas": [r for r in state.replicas if r not in live],
+                })
+            topics.append({
+                "error_code": ErrorCode.none, "name": name, "topic_id": uuid.UUID(described.topic_id),
+                "is_internal": False, "partitions": partitions,
+            })
+        brokers = [
+            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in sorted(image.live_brokers(), key=lambda b: b.broker_id)
+        ]
+        return _respond(request, {
+            "throttle_time": ZERO, "brokers": brokers, "cluster_id": self.broker.cluster_id,
+            "controller_id": image.controller_id, "topics": topics,
+        })
+
+    # Produce -----------------------------------------------------------------------------------
+
+    async def produce(self, request: Request) -> Any:
+        body = request.body
+        acks = body.acks
+        results: list[tuple[str, list[dict[str, Any]]]] = []
+        pending: list[tuple[dict[str, Any], Any, int]] = []
+        for topic_data in body.topic_data:
+            partition_results = []
+            for data in topic_data.partition_data:
+                result = {"index": data.index, "error_code": ErrorCode.none, "base_offset": -1,
+                          "log_append_time": None, "log_start_offset": -1, "record_errors": [],
+                          "error_message": None}
+                if acks not in (-1, 0, 1):
+                    result["error_code"] = ErrorCode.invalid_required_acks
+                else:
+                    self._append(topic_data.name, data.index, data.records, acks, result, pending)
+                partition_results.append(result)
+            results.append((topic_data.name, partition_results))
+        if acks == 0:
+            return None
+        if acks == -1 and pending:
+            await self._await_replication(pending, body.timeout.total_seconds())
+        return _respond(request, {
+            "responses": [{"name": name, "partition_responses": parts} for name, parts in results],
+            "throttle_time": ZERO,
+        })
+
+    def _append(self, topic: str, index: int, records: bytes | None, acks: int,
+                result: dict[str, Any], pending: list) -> None:
+        image = self.broker.image
+        described = image.topics.get(topic)
+        if described is None or (topic, index) not in image.partitions:
+            result["error_code"] = ErrorCode.unknown_topic_or_partition
+            return
+        partition = self.broker.replicas.get(topic, index)
+        if partition is None or not partition.is_leader:
+            result["error_code"] = ErrorCode.not_leader_or_follower
+            return
+        if not records:
+            result["error_code"] = ErrorCode.corrupt_message
+            result["error_message"] = "produce request carries no record batch"
+            return
+        min_isr = self.broker.min_insync_replicas(described.configs)
+        if acks == -1 and len(partition.isr) < min_isr:
+            result["error_code"] = ErrorCode.not_enough_replicas
+            return
+        try:
+            info = partition.log.append(records, leader_epoch=partition.leader_epoch)
+        except RecordTooLargeError as exc:
+            result["error_code"] = ErrorCode.message_too_large
+            result["error_message"] = str(exc)
+            return
+        except UnsupportedMagicError as exc:
+            result["error_code"] = ErrorCode.unsupported_for_message_format
+            result["error_message"] = str(exc)
+            return
+        except CorruptCrcError as exc:
+            result["error_code"] = ErrorCode.corrupt_message
+            result["error_message"] = str(exc)
+            return
+        except RecordsError as exc:
+            result["error_code"] = ErrorCode.corrupt_message
+            result["error_message"] = str(exc)
+            return
+        partition.after_local_append()
+        result["base_offset"] = info.base_offset
+        result["log_start_offset"] = partition.log_start_offset
+        if info.log_append_time >= 0:
+            result["log_append_time"] = datetime.datetime.fromtimestamp(info.log_append_time / 1000, datetime.UTC)
+        if acks == -1:
+            pending.append((result, partition, info.last_offset + 1))
+
+    async def _await_replication(self, pending: list, timeout_s: float) -> None:
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        while True:
+            waiting = [(result, partition, target) for result, partition, target in pending
+                       if result["error_code"] == ErrorCode.none and partition.high_watermark < target]
+            for result, partition, _ in waiting:
+                if not partition.is_leader:
+                    result["error_code"] = ErrorCode.not_leader_or_follower
+            waiting = [w for w in waiting if w[0]["error_code"] == ErrorCode.none]
+            if not waiting:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for result, _, _ in waiting:
+                    result["error_code"] = ErrorCode.request_timed_out
+                break
+            futures = [partition.change_future() for _, partition, _ in waiting]
+            await asyncio.wait(futures, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        for result, partition, _ in pending:
+            if result["error_code"] == ErrorCode.none:
+                described = self.broker.image.topics.get(partition.topic)
+                if described and len(partition.isr) < self.broker.min_insync_replicas(described.configs):
+                    result["error_code"] = ErrorCode.not_enough_replicas_after_append
+
+    # Fetch -------------------------------------------------------------------------------------
+
+    async def fetch(self, request: Request) -> Any:
+        body = request.body
+        replica_id = getattr(body, "replica_id", -1)
+        deadline = time.monotonic() + body.max_wait.total_seconds()
+        while True:
+            topics, total, partitions, had_error = self._read_fetch(body, replica_id)
+            remaining = deadline - time.monotonic()
+            if total >= body.min_bytes or had_error or remaining <= 0 or not partitions:
+                break
+            futures = [p.change_future() for p in partitions]
+            await asyncio.wait(futures, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for future in futures:
+                future.cancel()
+        return _respond(request, {
+            "throttle_time": ZERO, "error_code": ErrorCode.none, "session_id": 0, "responses": topics,
+        })
+
+    def _read_fetch(self, body: Any, replica_id: int) -> tuple[list, int, list, bool]:
+        image = self.broker.image
+        remaining = body.max_bytes
+        total = 0
+        had_error = False
+        watched = []
+        topics = []
+        for topic_request in body.topics:
+            name = getattr(topic_request, "topic", None)
+            responses = []
+            for p in topic_request.partitions:
+                response = {"partition_index": p.partition, "error_code": ErrorCode.none,
+                            "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                            "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+                responses.append(response)
+                partition = self.broker.replicas.get(name, p.partition)
+                if name not in image.topics or (name, p.partition) not in image.partitions:
+                    response["error_code"] = ErrorCode.unknown_topic_or_partition
+                elif partition is None or not partition.is_leader:
+                    response["error_code"] = ErrorCode.not_leader_or_follower
+                elif 0 <= p.current_leader_epoch < partition.leader_epoch:
+                    response["error_code"] = ErrorCode.fenced_leader_epoch
+                elif p.current_leader_epoch > partition.leader_epoch:
+                    response["error_code"] = ErrorCode.unknown_leader_epoch
+                if response["error_code"] != ErrorCode.none:
+                    had_error = True
+                    continue
+                if replica_id >= 0:
+                    partition.record_follower_fetch(replica_id, p.fetch_offset)
+                    upper = None
+                else:
+                    upper = partition.high_watermark
+                response["high_watermark"] = partition.high_watermark
+                response["last_stable_offset"] = partition.high_watermark
+                response["log_start_offset"] = partition.log_start_offset
+                watched.append(partition)
+                limit = min(p.partition_max_bytes, remaining)
+                if limit <= 0 and total > 0:
+                    continue
+                try:
+                    file_slice = partition.log.read(p.fetch_offset, max(limit, 0), max_offset=upper,
+                                                    min_one_batch=total == 0)
+                except OffsetOutOfRangeError:
+                    response["error_code"] = ErrorCode.offset_out_of_range
+                    had_error = True
+                    continue
+                if file_slice is not None and file_slice.length > 0:
+                    response["records"] = FileRecords(file_slice)
+                    total += file_slice.length
+                    remaining -= file_slice.length
+            topics.append({"topic": name, "partitions": responses})
+        return topics, total, watched, had_error
+
+    # ListOffsets -------------------------------------------------------------------------------
+
+    async def list_offsets(self, request: Request) -> Any:
+        body = request.body
+        image = self.broker.image
+        topics = []
+        for topic_request in body.topics:
+            partitions = []
+            for p in topic_request.partitions:
+                result = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
+                          "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
+                partitions.append(result)
+                partition = self.broker.replicas.get(topic_request.name, p.partition_index)
+                if topic_request.name not in image.topics or (topic_request.name, p.partition_index) not in image.partitions:
+                    result["error_code"] = ErrorCode.unknown_topic_or_partition
+                    continue
+                if partition is None or not partition.is_leader:
+                    result["error_code"] = ErrorCode.not_leader_or_follower
+                    continue
+                if 0 <= p.current_leader_epoch < partition.leader_epoch:
+                    result["error_code"] = ErrorCode.fenced_leader_epoch
+                    continue
+                upper = partition.log_end_offset if body.replica_id >= 0 else partition.high_watermark
+                if p.timestamp == LATEST_TIMESTAMP:
+                    result["offset"] = upper
+                    result["leader_epoch"] = partition.leader_epoch
+                elif p.timestamp == EARLIEST_TIMESTAMP:
+                    result["offset"] = partition.log_start_offset
+                    result["leader_epoch"] = partition.log.epoch_for_offset(partition.log_start_offset)
+                elif p.timestamp >= 0:
+                    found = partition.log.offset_for_timestamp(p.timestamp)
+                    if found is not None and found[0] < upper:
+                        result["offset"], result["timestamp"] = found
+                        result["leader_epoch"] = partition.log.epoch_for_offset(found[0])
+                else:
+                    result["error_code"] = ErrorCode.invalid_request
+            topics.append({"name": topic_request.name, "partitions": partitions})
+        return _respond(request, {"throttle_time": ZERO, "topics": topics})
+
+    # Admin -------------------------------------------------------------------------------------
+
+    async def create_topics(self, request: Request) -> Any:
+        body = request.body
+        results = []
+        created = False
+        for topic in body.topics:
+            result = {"name": topic.name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none,
+                      "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": None}
+            results.append(result)
+            configs = {c.name: c.value for c in topic.configs}
+            num_partitions = topic.num_partitions if topic.num_partitions != -1 else self.broker.config.get_int("num.partitions")
+            replication = (topic.replication_factor if topic.replication_factor != -1
+                           else self.broker.config.get_int("default.replication.factor"))
+            if topic.assignments:
+                result["error_code"] = ErrorCode.invalid_replica_assignment
+                result["error_message"] = "manual replica assignment is not supported; give num_partitions and replication_factor"
+                continue
+            try:
+                validate_topic_configs(configs)
+                if body.validate_only:
+                    self._validate_new_topic(topic.name, num_partitions, replication)
+                    description = None
+                else:
+                    description = await asyncio.to_thread(
+                        self.broker.store.create_topic, topic.name, num_partitions, replication, configs
+                    )
+            except TopicConfigError as exc:
+                result["error_code"], result["error_message"] = ErrorCode.invalid_config, str(exc)
+                continue
+            except meta_errors.MetadataError as exc:
+                result["error_code"], result["error_message"] = _metadata_error_code(exc), str(exc)
+                continue
+            result["num_partitions"] = num_partitions
+            result["replication_factor"] = replication
+            if description is not None:
+                result["topic_id"] = uuid.UUID(description.topic_id)
+                created = True
+            result["configs"] = [
+                {"name": c.name, "value": c.value, "read_only": False, "config_source": c.source, "is_sensitive": False}
+                for c in describe_topic_configs(configs, self.broker.config, None)
+            ]
+        if created:
+            await self.broker.refresh_metadata()
+        return _respond(request, {"throttle_time": ZERO, "topics": results})
+
+    def _validate_new_topic(self, name: str, num_partitions: int, replication: int) -> None:
+        """What create_topic checks, without writing: for CreateTopics with validate_only."""
+        validate_topic_name(name)
+        if name in self.broker.image.topics:
+            raise meta_errors.TopicExistsError(name)
+        if num_partitions < 1:
+            raise meta_errors.InvalidPartitionsError(num_partitions)
+        live = len(self.broker.image.live_brokers())
+        if not 1 <= replication <= live:
+            raise meta_errors.InvalidReplicationFactorError(replication, live)
+
+    async def delete_topics(self, request: Request) -> Any:
+        body = request.body
+        names = list(getattr(body, "topic_names", ()) or ())
+        names += [t.name for t in getattr(body, "topics", ()) or () if t.name]
+        results = []
+        deleted = False
+        for name in names:
+            result = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
+            results.append(result)
+            try:
+                await asyncio.to_thread(self.broker.store.delete_topic, name)
+                deleted = True
+            except meta_errors.MetadataError as exc:
+                result["error_code"], result["error_message"] = _metadata_error_code(exc), str(exc)
+        if deleted:
+            await self.broker.refresh_metadata()
+        return _respond(request, {"throttle_time": ZERO, "responses": results})
+
+    async def describe_configs(self, request: Request) -> Any:
+        body = request.body
+        results = []
+        for resource in body.resources:
+            keys = set(resource.configuration_keys) if resource.configuration_keys else None
+            result = {"error_code": ErrorCode.none, "error_message": None, "resource_type": resource.resource_type,
+                      "resource_name": resource.resource_name, "configs": []}
+            results.append(result)
+            if resource.resource_type == RESOURCE_TOPIC:
+                described = self.broker.image.topics.get(resource.resource_name)
+                if described is None:
+                    result["error_code"] = ErrorCode.unknown_topic_or_partition
+                    continue
+                entries = describe_topic_configs(described.configs, self.broker.config, keys)
+            elif resource.resource_type == RESOURCE_BROKER:
+                if resource.resource_name not in ("", str(self.broker.config.broker_id)):
+                    result["error_code"] = ErrorCode.invalid_request
+                    result["error_message"] = f"this is broker {self.broker.config.broker_id}"
+                    continue
+                entries = self.broker.describe_broker_configs(keys)
+            else:
+                result["error_code"] = ErrorCode.invalid_request
+                result["error_message"] = f"resource type {resource.resource_type} is not supported"
+                continue
+            result["configs"] = [
+                {"name": e.name, "value": e.value, "read_only": e.source != CONFIG_SOURCE_TOPIC,
+                 "config_source": e.source, "is_sensitive": False, "is_default": e.source == CONFIG_SOURCE_DEFAULT,
+                 "synonyms": [], "config_type": 0, "documentation": None}
+                for e in entries
+            ]
+        return _respond(request, {"throttle_time": ZERO, "results": results})
+
+
+_METADATA_ERROR_CODES: dict[type[Exception], ErrorCode] = {
+    meta_errors.TopicExistsError: ErrorCode.topic_already_exists,
+    meta_errors.UnknownTopicError: ErrorCode.unknown_topic_or_partition,
+    meta_errors.InvalidReplicationFactorError: ErrorCode.invalid_replication_factor,
+    meta_errors.InvalidPartitionsError: ErrorCode.invalid_partitions,
+    meta_errors.InvalidTopicError: ErrorCode.invalid_topic_exception,
+    meta_errors.InvalidConfigError: ErrorCode.invalid_config,
+}
+
+
+def _metadata_error_code(exc: Exception) -> ErrorCode:
+    for cls in type(exc).__mro__:
+        if cls in _METADATA_ERROR_CODES:
+            return _METADATA_ERROR_CODES[cls]
+    # DynamoDB unreachable or a conflict that outlived its retries: the client may retry.
+    return ErrorCode.request_timed_out

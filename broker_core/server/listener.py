@@ -1,0 +1,171 @@
+"""The Kafka listener: accepts connections and runs each one's request/response cycle.
+
+Connections use raw non-blocking sockets rather than asyncio transports so that Fetch responses can
+hand file slices to `os.sendfile` (zero copy) on any event loop, uvloop included. Like Kafka, a
+connection processes one request at a time and answers in order, so pipelined requests are answered
+in the order they were sent and produce requests on one connection are appended in order.
+
+A frame that is not Kafka framing, or a request that cannot be decoded, closes that connection only;
+a well-formed request for an unsupported API version is answered (ApiVersions) or refused by closing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from broker_core.protocol.framing import (
+    FrameDecoder,
+    FramingError,
+    InvalidRequestError,
+    Request,
+    UnsupportedVersionError,
+    decode_request,
+    encode_response,
+)
+from broker_core.protocol.messages import API_VERSIONS_KEY, api_name
+
+if TYPE_CHECKING:
+    from .handlers import RequestHandlers
+
+log = logging.getLogger(__name__)
+RECV_BYTES = 256 * 1024
+
+
+async def _wait_writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    future = loop.create_future()
+    fd = sock.fileno()
+    loop.add_writer(fd, lambda: future.done() or future.set_result(None))
+    try:
+        await future
+    finally:
+        loop.remove_writer(fd)
+
+
+async def sendfile_all(loop: asyncio.AbstractEventLoop, sock: socket.socket, fd: int, offset: int, count: int) -> None:
+    """Send ``count`` bytes of ``fd`` from ``offset`` with os.sendfile, waiting whenever the socket is full."""
+    while count > 0:
+        try:
+            sent = os.sendfile(sock.fileno(), fd, offset, count)
+        except BlockingIOError:
+            await _wait_writable(loop, sock)
+            continue
+        if sent == 0:
+            raise ConnectionError(f"sendfile made no progress with {count} bytes left (file shorter than expected)")
+        offset += sent
+        count -= sent
+
+
+class Connection:
+    def __init__(self, sock: socket.socket, handlers: RequestHandlers, max_frame_bytes: int) -> None:
+        self.sock = sock
+        self.handlers = handlers
+        self.decoder = FrameDecoder(max_frame_bytes)
+        self.loop = asyncio.get_running_loop()
+        self.peer = sock.getpeername()
+
+    async def serve(self) -> None:
+        buffer = bytearray(RECV_BYTES)
+        view = memoryview(buffer)
+        try:
+            while True:
+                received = await self.loop.sock_recv_into(self.sock, view)
+                if received == 0:
+                    return
+                for frame in self.decoder.feed(view[:received]):
+                    if not await self._process(frame):
+                        return
+        except FramingError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        except (ConnectionError, OSError) as exc:
+            if getattr(exc, "errno", None) not in (errno.ECONNRESET, errno.EPIPE, None):
+                log.info("connection from %s ended: %s", self.peer, exc)
+        finally:
+            self.sock.close()
+
+    async def _process(self, frame: bytes) -> bool:
+        """Answer one request; False when the connection must be closed."""
+        try:
+            request = decode_request(frame)
+        except UnsupportedVersionError as exc:
+            if exc.api_key == API_VERSIONS_KEY:
+                # KIP-511: answer with v0 and our ranges so the client can pick a version.
+                stub = Request(API_VERSIONS_KEY, 0, exc.correlation_id, None, None, len(frame))
+                response = self.handlers.api_versions_response(stub, ErrorCode.unsupported_version)
+                await self._send(encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, response))
+                return True
+            log.warning("closing connection from %s: %s", self.peer, exc)
+            return False
+        except InvalidRequestError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+            return False
+        try:
+            response = await self.handlers.handle(request)
+        except Exception:
+            log.exception("%s v%d from %s failed", api_name(request.api_key), request.api_version, self.peer)
+            return False
+        if response is None:
+            return True
+        await self._send(encode_response(request.api_key, request.api_version, request.correlation_id, response))
+        return True
+
+    async def _send(self, parts: list) -> None:
+        pending = bytearray()
+        for part in parts:
+            if isinstance(part, bytes):
+                pending += part
+                continue
+            if pending:
+                await self.loop.sock_sendall(self.sock, pending)
+                pending = bytearray()
+            await sendfile_all(self.loop, self.sock, part.fd, part.position, part.length)
+        if pending:
+            await self.loop.sock_sendall(self.sock, pending)
+
+
+class KafkaListener:
+    def __init__(self, handlers: RequestHandlers, host: str, port: int, max_frame_bytes: int) -> None:
+        self.handlers = handlers
+        self.host = host
+        self.port = port
+        self.max_frame_bytes = max_frame_bytes
+        self._sock: socket.socket | None = None
+        self._accept_task: asyncio.Task | None = None
+        self._connections: set[asyncio.Task] = set()
+
+    async def start(self) -> int:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        sock.listen(512)
+        sock.setblocking(False)
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        self._accept_task = asyncio.create_task(self._accept_loop())
+        return self.port
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        while True:
+            client, _ = await loop.sock_accept(self._sock)
+            client.setblocking(False)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = asyncio.create_task(Connection(client, self.handlers, self.max_frame_bytes).serve())
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+
+    async def stop(self) -> None:
+        if self._accept_task:
+            self._accept_task.cancel()
+        if self._sock:
+            self._sock.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)

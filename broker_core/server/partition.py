@@ -1,0 +1,159 @@
+"""One hosted replica of a topic partition: its log, its role, and the high watermark.
+
+The leader tracks every follower's log-end offset (reported by follower Fetch requests); the high
+watermark is the minimum log-end offset over the ISR and never moves backwards. Waiters (long-poll
+fetches, acks=all produces) park on `wait_for_change` and are woken on every append and every HW move.
+
+Thread-safety: a Partition belongs to the broker's event loop; only coroutines on that loop touch it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker_core.log.config import LogConfig
+from broker_core.log.partition_log import PartitionLog
+
+PARTITION_METADATA_FILE = "partition.metadata"
+
+
+@dataclass
+class ReplicaState:
+    log_end_offset: int = 0
+    last_caught_up_ms: float = 0.0
+    last_fetch_ms: float = 0.0
+
+
+@dataclass
+class Partition:
+    topic: str
+    index: int
+    topic_id: str
+    log: PartitionLog
+    broker_id: int
+    leader_id: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    high_watermark: int = 0
+    followers: dict[int, ReplicaState] = field(default_factory=dict)
+    _waiters: list[asyncio.Future] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, data_dir: Path, topic: str, index: int, topic_id: str, config: LogConfig, broker_id: int) -> Partition:
+        """Open (or create) the replica's log, discarding a directory left by a deleted topic of the same name."""
+        directory = data_dir / f"{topic}-{index}"
+        marker = directory / PARTITION_METADATA_FILE
+        if marker.exists() and _read_topic_id(marker) != topic_id:
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if not marker.exists():
+            marker.write_text(f"version: 0\ntopic_id: {topic_id}\n")
+        log = PartitionLog.open(directory, config, topic=topic, partition=index)
+        partition = cls(topic=topic, index=index, topic_id=topic_id, log=log, broker_id=broker_id)
+        return partition
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
+        now = time.monotonic() * 1000
+        new_term = leader_epoch != self.leader_epoch or not self.is_leader
+        self.leader_id = self.broker_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = replicas
+        self.isr = isr
+        if new_term:
+            # A new leader knows nothing of its followers' progress until they fetch again.
+            self.followers = {r: ReplicaState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
+            self.log.assign_leader_epoch(leader_epoch, self.log.log_end_offset)
+        self._maybe_advance_high_watermark()
+        self.wake()
+
+    def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = replicas
+        self.isr = isr
+        self.followers = {}
+        self.wake()
+
+    def update_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
+        self.isr = isr
+        self.partition_epoch = partition_epoch
+        self._maybe_advance_high_watermark()
+        self.wake()
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetching from `fetch_offset` has everything below it: its log-end offset."""
+        now = time.monotonic() * 1000
+        state = self.followers.setdefault(replica_id, ReplicaState())
+        state.log_end_offset = fetch_offset
+        state.last_fetch_ms = now
+        if fetch_offset >= self.log_end_offset:
+            state.last_caught_up_ms = now
+        if self._maybe_advance_high_watermark():
+            self.wake()
+
+    def after_local_append(self) -> None:
+        self._maybe_advance_high_watermark()
+        self.wake()
+
+    def _maybe_advance_high_watermark(self) -> bool:
+        if not self.is_leader:
+            return False
+        candidates = [self.log_end_offset]
+        for replica in self.isr:
+            if replica != self.broker_id:
+                candidates.append(self.followers.get(replica, ReplicaState()).log_end_offset)
+        new_hw = min(candidates)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            return True
+        return False
+
+    def set_high_watermark_from_leader(self, leader_hw: int) -> None:
+        """Followers adopt the leader's HW, bounded by their own log end."""
+        new_hw = min(leader_hw, self.log_end_offset)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            self.wake()
+
+    def wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def change_future(self) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        return future
+
+    def close(self) -> None:
+        self.wake()
+        self.log.close()
+
+
+def _read_topic_id(path: Path) -> str | None:
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            return value.strip()
+    return None
