@@ -59,3 +59,44 @@ class CorruptRecordError(RecordsError):
     def __init__(self, message: str, *, position: int, record_index: int) -> None:
         super().__init__(f"record {record_index}: {message}", position=position)
         self.record_index = record_index
+
+
+class CorruptVarintError(RecordsError):
+    """A zigzag varint or varlong runs past the end of its buffer or past its maximum encoded length."""
+
+    def __init__(self, reason: str, *, position: int) -> None:
+        super().__init__(reason, position=position)
+        self.reason = reason
+
+
+class CorruptCompressionError(RecordsError):
+    """A compressed records section cannot be decompressed with the codec its batch names."""
+
+    def __init__(self, reason: str, *, position: int, codec: int) -> None:
+        super().__init__(reason, position=position)
+        self.reason = reason
+        self.codec = codec
+
+
+class CorruptCompressedRecordError(CorruptRecordError):
+    """A record inside a compressed batch cannot be decoded.
+
+    ``position`` is where the compressed records section starts in the caller's buffer (a byte inside
+    the decompressed stream has no place there); ``decompressed_position`` is where the problem was
+    found within the decompressed records.
+    """
+
+    def __init__(self, message: str, *, position: int, record_index: int, decompressed_position: int) -> None:
+        super().__init__(
+            f"{message} (at byte {decompressed_position} of the decompressed records)",
+            position=position,
+            record_index=record_index,
+        )
+        self.decompressed_position = decompressed_position
+
+
+class CorruptControlRecordError(RecordsError):
+    """A control record's key or value is too short or carries an unknown type or negative version.
+
+    ``position`` is relative to the start of the key or value bytes that were handed in.
+    """

@@ -30,7 +30,13 @@ from enum import IntEnum
 
 import crc32c
 
-from .errors import CorruptBatchError, CorruptCrcError, TruncatedBatchError, UnknownCodecError, UnsupportedMagicError
+from .errors import (
+    CorruptBatchError,
+    CorruptCrcError,
+    TruncatedBatchError,
+    UnknownCodecError,
+    UnsupportedMagicError,
+)
 
 BATCH_HEADER = struct.Struct(
     ">q"  # baseOffset

@@ -1,0 +1,89 @@
+"""Zigzag varints and varlongs, the variable-length integers inside RecordBatch v2 records.
+
+Kafka's ByteUtils writes a signed integer as its zigzag mapping ((n << 1) ^ (n >> width-1), so small
+magnitudes of either sign stay short) in little-endian groups of 7 bits, the high bit of each byte
+saying another byte follows. A varint holds an int32 in at most 5 bytes, a varlong an int64 in at
+most 10. Decoders read straight from bytes, bytearray or memoryview at a position, never copy, and
+raise CorruptVarintError (with the position where the varint starts) when the buffer ends inside a
+varint or the varint runs past its maximum length. As in Java, bits past the type's width in the
+last byte are dropped rather than rejected.
+"""
+
+from __future__ import annotations
+
+from .errors import CorruptVarintError
+
+Buffer = bytes | bytearray | memoryview
+
+MAX_VARINT_SIZE = 5
+MAX_VARLONG_SIZE = 10
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+_UINT32_MASK = (1 << 32) - 1
+_UINT64_MASK = (1 << 64) - 1
+
+
+def write_varint(out: bytearray, value: int) -> None:
+    """Append the zigzag varint of the int32 ``value`` to ``out``."""
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise ValueError(f"varint value {value} is outside int32")
+    _write_unsigned(out, (value << 1) ^ (value >> 31))
+
+
+def write_varlong(out: bytearray, value: int) -> None:
+    """Append the zigzag varlong of the int64 ``value`` to ``out``."""
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"varlong value {value} is outside int64")
+    _write_unsigned(out, (value << 1) ^ (value >> 63))
+
+
+def encode_varint(value: int) -> bytes:
+    out = bytearray()
+    write_varint(out, value)
+    return bytes(out)
+
+
+def encode_varlong(value: int) -> bytes:
+    out = bytearray()
+    write_varlong(out, value)
+    return bytes(out)
+
+
+def decode_varint(buf: Buffer, position: int) -> tuple[int, int]:
+    """Decode the varint at ``position``; return (value, position just after it)."""
+    return _decode_zigzag(buf, position, MAX_VARINT_SIZE, _UINT32_MASK)
+
+
+def decode_varlong(buf: Buffer, position: int) -> tuple[int, int]:
+    """Decode the varlong at ``position``; return (value, position just after it)."""
+    return _decode_zigzag(buf, position, MAX_VARLONG_SIZE, _UINT64_MASK)
+
+
+def _write_unsigned(out: bytearray, unsigned: int) -> None:
+    while unsigned >= 0x80:
+        out.append((unsigned & 0x7F) | 0x80)
+        unsigned >>= 7
+    out.append(unsigned)
+
+
+def _decode_zigzag(buf: Buffer, position: int, max_size: int, mask: int) -> tuple[int, int]:
+    try:
+        byte = buf[position]
+        if byte < 0x80:  # one-byte fast path: most lengths, deltas and counts
+            return (byte >> 1) ^ -(byte & 1), position + 1
+        unsigned = byte & 0x7F
+        shift = 7
+        cursor = position + 1
+        while True:
+            byte = buf[cursor]
+            cursor += 1
+            unsigned |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            if cursor - position >= max_size:
+                raise CorruptVarintError(f"varint longer than {max_size} bytes", position=position)
+            shift += 7
+    except IndexError:
+        raise CorruptVarintError("varint runs past the end of the buffer", position=position) from None
+    unsigned &= mask
+    return (unsigned >> 1) ^ -(unsigned & 1), cursor
