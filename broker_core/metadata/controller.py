@@ -1,0 +1,349 @@
+"""The controller: a lease any broker can hold, broker fencing and leader election from the ISR.
+
+``ControllerLease`` follows dynamodb-lock-client. The lease is one item (holder, controller epoch,
+heartbeat counter, lease duration). The holder bumps the heartbeat counter every
+``heartbeat_interval_ms`` with a write conditional on its controller epoch. A contender never
+compares clocks with the holder: it remembers the (holder, epoch, heartbeat) it last saw and when
+it first saw it on its OWN monotonic clock, and only when that triple has not changed for a whole
+lease duration does it take the lease, with a write conditional on the epoch and heartbeat it
+observed that bumps the controller epoch. The controller epoch is the fencing token: every
+controller write is a transaction that also checks the lease still carries it, so a controller
+that lost the lease (paused, partitioned) can no longer change anything; its writes raise
+FencedControllerError.
+
+``Controller`` is what the lease holder runs. ``run_once`` watches every broker's heartbeat
+counter the same way (own monotonic clock, ``session_timeout_ms``), fences a broker whose counter
+stalls, and re-plans every partition: brokers that are fenced or shutting down leave the ISR, and a
+partition whose leader is one of them gets the first live ISR member (in replica order) as
+leader, with bumped leader and partition epochs. If no ISR member is live the partition is left
+without a leader (-1) and keeps its last ISR, whose members all hold every acknowledged record,
+so the first of them to come back is elected cleanly; only a topic with
+``unclean.leader.election.enable=true`` takes any live replica instead.
+
+A broker's loop, from a worker thread::
+
+    epoch = lease.try_acquire(broker_id)     # takes, or renews, the lease
+    if epoch is not None:
+        if controller is None or controller.controller_epoch != epoch:
+            controller = Controller(store, epoch, session_timeout_ms)
+        controller.run_once()                # FencedControllerError: the lease moved on
+
+Controlled shutdown: the controller calls ``Controller.controlled_shutdown`` for itself or when
+asked. A broker that is not the controller calls
+``MetadataStore.set_broker_state(id, epoch, BrokerState.SHUTTING_DOWN)`` with its own broker epoch;
+the controller's next ``run_once`` moves its leaderships, and the broker waits until
+``MetadataStore.partitions_led_by(id)`` is empty (or a deadline passes) before it exits.
+
+Thread-safety: ControllerLease and Controller keep observations in memory and are driven by one
+thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass
+
+from pynamodb.exceptions import PynamoDBException
+
+from broker_core.metadata.errors import (
+    FencedControllerError,
+    MetadataUnavailableError,
+    PartitionEpochConflictError,
+    UnknownPartitionError,
+)
+from broker_core.metadata.models import CONTROLLER_ITEM
+from broker_core.metadata.state import (
+    NO_HOLDER,
+    NO_LEADER,
+    UNCLEAN_LEADER_ELECTION_CONFIG,
+    BrokerState,
+    ControllerLeaseState,
+    PartitionState,
+)
+from broker_core.metadata.store import MetadataStore
+
+DEFAULT_LEASE_DURATION_MS = 10_000
+DEFAULT_SESSION_TIMEOUT_MS = 9_000  # Kafka's broker.session.timeout.ms default
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+def _is_condition_failure(err: PynamoDBException) -> bool:
+    return err.cause_response_code == _CONDITION_FAILED
+
+
+class ControllerLease:
+    """One broker's view of, and claim on, the controller lease item."""
+
+    def __init__(self, store: MetadataStore, lease_duration_ms: int = DEFAULT_LEASE_DURATION_MS) -> None:
+        if lease_duration_ms <= 0:
+            raise ValueError(f"lease duration must be positive, got {lease_duration_ms} ms")
+        self._store = store
+        self._model = store.models.controller_lease
+        self.lease_duration_ms = lease_duration_ms
+        self._holder: int | None = None
+        self._epoch: int | None = None
+        self._observed: tuple[int, int, int] | None = None
+        self._observed_since_ms = 0.0
+
+    @property
+    def controller_epoch(self) -> int | None:
+        """The controller epoch this process holds, or None when it does not hold the lease."""
+        return self._epoch
+
+    @property
+    def holder(self) -> int | None:
+        return self._holder
+
+    @property
+    def heartbeat_interval_ms(self) -> float:
+        """How often the holder should call ``heartbeat()``: a third of the lease duration."""
+        return self.lease_duration_ms / 3
+
+    def current(self) -> ControllerLeaseState | None:
+        """The lease item as stored now (consistent read), or None if no broker ever took it."""
+        try:
+            item = self._model.get(CONTROLLER_ITEM, consistent_read=True)
+        except self._model.DoesNotExist:
+            return None
+        except PynamoDBException as err:
+            raise MetadataUnavailableError(f"read controller lease: {err}") from err
+        return ControllerLeaseState(
+            holder=int(item.holder),
+            controller_epoch=int(item.controller_epoch),
+            heartbeat=int(item.heartbeat),
+            lease_duration_ms=int(item.lease_duration_ms),
+        )
+
+    def try_acquire(self, broker_id: int, now_ms: float | None = None) -> int | None:
+        """Take the lease if it is free, released, or has not moved for a whole lease duration.
+
+        Returns the controller epoch now held, or None while another holder's lease is still
+        running (as timed on this process's monotonic clock from the first sighting of its
+        current heartbeat). When this process already holds the lease, the call renews it (a
+        ``heartbeat()``) and returns the epoch, or None if the lease turns out to be lost; calling
+        it every ``heartbeat_interval_ms`` is therefore all a broker needs to do. ``now_ms`` is a
+        reading of the same monotonic clock (for tests).
+        """
+        if self._epoch is not None and self._holder == broker_id:
+            try:
+                self.heartbeat()
+            except FencedControllerError:
+                return None
+            return self._epoch
+        now = monotonic_ms() if now_ms is None else now_ms
+        state = self.current()
+        model = self._model
+        if state is None:
+            item = model(
+                CONTROLLER_ITEM,
+                holder=broker_id,
+                controller_epoch=1,
+                heartbeat=0,
+                lease_duration_ms=self.lease_duration_ms,
+            )
+            return self._claim(broker_id, 1, lambda: item.save(condition=model.item.does_not_exist()))
+        if state.holder != NO_HOLDER:
+            observed = (state.holder, state.controller_epoch, state.heartbeat)
+            if observed != self._observed:
+                self._observed = observed
+                self._observed_since_ms = now
+                return None
+            if now - self._observed_since_ms < state.lease_duration_ms:
+                return None
+        new_epoch = state.controller_epoch + 1
+        condition = (model.controller_epoch == state.controller_epoch) & (model.heartbeat == state.heartbeat)
+        actions = [
+            model.holder.set(broker_id),
+            model.controller_epoch.set(new_epoch),
+            model.heartbeat.add(1),
+            model.lease_duration_ms.set(self.lease_duration_ms),
+        ]
+        return self._claim(broker_id, new_epoch, lambda: model(CONTROLLER_ITEM).update(actions, condition))
+
+    def _claim(self, broker_id: int, epoch: int, write: Callable[[], object]) -> int | None:
+        try:
+            write()
+        except PynamoDBException as err:
+            if _is_condition_failure(err):
+                self._observed = None
+                return None
+            raise MetadataUnavailableError(f"acquire controller lease: {err}") from err
+        self._holder, self._epoch, self._observed = broker_id, epoch, None
+        return epoch
+
+    def heartbeat(self) -> None:
+        """Bump the heartbeat counter; FencedControllerError (and the lease is dropped) if lost."""
+        if self._epoch is None or self._holder is None:
+            raise FencedControllerError(None)
+        model = self._model
+        condition = (model.controller_epoch == self._epoch) & (model.holder == self._holder)
+        try:
+            model(CONTROLLER_ITEM).update([model.heartbeat.add(1)], condition)
+        except PynamoDBException as err:
+            if _is_condition_failure(err):
+                epoch, self._holder, self._epoch = self._epoch, None, None
+                raise FencedControllerError(epoch) from err
+            raise MetadataUnavailableError(f"controller heartbeat: {err}") from err
+
+    def release(self) -> None:
+        """Give the lease up so another broker can take it at once (no-op if not held)."""
+        if self._epoch is None:
+            return
+        model = self._model
+        condition = (model.controller_epoch == self._epoch) & (model.holder == self._holder)
+        epoch, self._holder, self._epoch = self._epoch, None, None
+        try:
+            model(CONTROLLER_ITEM).update([model.holder.set(NO_HOLDER), model.heartbeat.add(1)], condition)
+        except PynamoDBException as err:
+            if not _is_condition_failure(err):
+                raise MetadataUnavailableError(f"release controller lease epoch {epoch}: {err}") from err
+
+
+def plan_partition_change(
+    state: PartitionState,
+    running: Set[int],
+    shutting_down: Set[int],
+    unclean_election_allowed: bool = False,
+) -> PartitionState | None:
+    """The leader/ISR a partition should have given which brokers run; None if it needs no change.
+
+    Only RUNNING brokers stay in the ISR or are elected. A leader that is RUNNING keeps leading;
+    otherwise the first replica (in assignment order) that is in the ISR and RUNNING leads. A
+    shutting-down leader with no such successor keeps leading until it is gone. If no ISR member
+    runs, the ISR is kept as it was and the leader is NO_LEADER, unless unclean election is
+    allowed, in which case the first RUNNING replica leads alone.
+    """
+    live_isr = [b for b in state.isr if b in running]
+    if state.leader in running:
+        leader = state.leader
+    else:
+        successors = [b for b in state.replicas if b in live_isr]
+        if successors:
+            leader = successors[0]
+        elif state.leader in shutting_down:
+            leader = state.leader
+        else:
+            live_replicas = [b for b in state.replicas if b in running]
+            if unclean_election_allowed and live_replicas:
+                return state.with_leader(live_replicas[0], [live_replicas[0]])
+            leader = NO_LEADER
+    isr = [b for b in state.isr if b in running or b == leader] or list(state.isr)
+    if leader == state.leader and tuple(isr) == state.isr:
+        return None
+    return state.with_leader(leader, isr)
+
+
+def unclean_election_enabled(configs: Mapping[str, str]) -> bool:
+    """Whether the topic configs set ``unclean.leader.election.enable`` to true (default false)."""
+    return configs.get(UNCLEAN_LEADER_ELECTION_CONFIG, "false").strip().lower() == "true"
+
+
+@dataclass(frozen=True)
+class ControllerRunResult:
+    """What one controller pass changed."""
+
+    fenced_brokers: tuple[int, ...]
+    changed_partitions: tuple[PartitionState, ...]
+
+
+@dataclass
+class _HeartbeatObservation:
+    broker_epoch: int
+    heartbeat: int
+    since_ms: float
+
+
+class Controller:
+    """Broker fencing and leader election for one controller epoch (one term of the lease).
+
+    A new term gets a new Controller, so heartbeat observations always start afresh.
+    """
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        controller_epoch: int,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    ) -> None:
+        if session_timeout_ms <= 0:
+            raise ValueError(f"session timeout must be positive, got {session_timeout_ms} ms")
+        self._store = store
+        self.controller_epoch = controller_epoch
+        self.session_timeout_ms = session_timeout_ms
+        self._observations: dict[int, _HeartbeatObservation] = {}
+        self._planned_version: int | None = None
+
+    def run_once(self, now_ms: float | None = None) -> ControllerRunResult:
+        """Fence brokers whose heartbeat stalled past the session timeout, then re-plan partitions.
+
+        ``now_ms`` is a reading of this process's monotonic clock (for tests). A newly elected
+        controller has no observations yet, so it waits a full session timeout before fencing.
+        Raises FencedControllerError once the lease has moved past ``controller_epoch``.
+        """
+        now = monotonic_ms() if now_ms is None else now_ms
+        controller_epoch = self.controller_epoch
+        fenced = []
+        brokers = self._store.list_brokers()
+        for gone in set(self._observations) - {b.broker_id for b in brokers}:
+            del self._observations[gone]
+        for broker in brokers:
+            if broker.state is BrokerState.FENCED:
+                self._observations.pop(broker.broker_id, None)
+                continue
+            seen = self._observations.get(broker.broker_id)
+            if seen is None or (seen.broker_epoch, seen.heartbeat) != (broker.broker_epoch, broker.heartbeat):
+                self._observations[broker.broker_id] = _HeartbeatObservation(
+                    broker.broker_epoch, broker.heartbeat, now
+                )
+                continue
+            if now - seen.since_ms < self.session_timeout_ms:
+                continue
+            if self._store.fence_broker(
+                broker.broker_id, broker.broker_epoch, broker.heartbeat, controller_epoch
+            ):
+                fenced.append(broker.broker_id)
+            self._observations.pop(broker.broker_id, None)
+        changed = self._elect_leaders(controller_epoch)
+        return ControllerRunResult(fenced_brokers=tuple(fenced), changed_partitions=tuple(changed))
+
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[PartitionState]:
+        """Mark the broker SHUTTING_DOWN and move its leaderships to other live ISR members.
+
+        Returns the partitions it still leads (those with no other live ISR member); empty means
+        the broker may stop. Raises BrokerFencedError if ``broker_epoch`` is stale and
+        FencedControllerError if this controller lost its lease.
+        """
+        self._store.set_broker_state(broker_id, broker_epoch, BrokerState.SHUTTING_DOWN)
+        self._elect_leaders(self.controller_epoch)
+        return self._store.partitions_led_by(broker_id)
+
+    def _elect_leaders(self, controller_epoch: int) -> list[PartitionState]:
+        # Every broker-state and partition change bumps the metadata version, so a version this
+        # controller already planned from cannot call for a change; skip the full read.
+        if self._planned_version is not None and self._store.metadata_version() == self._planned_version:
+            return []
+        snapshot = self._store.snapshot()
+        running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
+        shutting_down = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.SHUTTING_DOWN}
+        changed = []
+        for name, partitions in snapshot.partitions.items():
+            unclean = unclean_election_enabled(snapshot.topics[name].configs)
+            for partition in partitions:
+                proposal = plan_partition_change(partition, running, shutting_down, unclean)
+                if proposal is None:
+                    continue
+                try:
+                    changed.append(
+                        self._store.update_partition(proposal, partition.partition_epoch, controller_epoch)
+                    )
+                except (PartitionEpochConflictError, UnknownPartitionError):
+                    # The leader changed the ISR or the topic went away since the snapshot;
+                    # the next pass plans from the new state.
+                    continue
+        self._planned_version = None if changed else snapshot.version
+        return changed

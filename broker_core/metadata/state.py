@@ -1,0 +1,113 @@
+"""Plain, immutable views of cluster metadata handed out by the metadata store.
+
+These frozen dataclasses are what brokers cache and pass around; they never hold a DynamoDB
+connection, so they are safe to share between threads and the event loop. The pynamodb items they
+are read from stay inside ``broker_core.metadata``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+NO_LEADER = -1
+NO_HOLDER = -1
+UNCLEAN_LEADER_ELECTION_CONFIG = "unclean.leader.election.enable"
+
+
+class BrokerState(enum.Enum):
+    """Lifecycle of one broker registration (one broker epoch)."""
+
+    RUNNING = "RUNNING"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    FENCED = "FENCED"
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    broker_epoch: int
+    host: str
+    port: int
+    rack: str | None
+    state: BrokerState
+    heartbeat: int
+    registered_at_ms: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    num_partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
+    created_at_ms: int
+    config_version: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """Replica assignment, leadership and ISR of one partition.
+
+    ``leader_epoch`` changes only when the leader changes; ``partition_epoch`` changes on every
+    update and is the version a conditional update must name. ``leader`` is NO_LEADER (-1) when no
+    replica may lead.
+    """
+
+    topic: str
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+
+    def with_leader(self, leader: int, isr: Iterable[int]) -> PartitionState:
+        """A proposed state with a new leader and ISR; bumps the leader epoch if the leader changes."""
+        new_isr = tuple(isr)
+        if leader == self.leader:
+            return replace(self, isr=new_isr)
+        return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1, isr=new_isr)
+
+    def with_isr(self, isr: Iterable[int]) -> PartitionState:
+        """A proposed state with the same leader and a new ISR (the AlterPartition shape)."""
+        return replace(self, isr=tuple(isr))
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Brokers, topics and partitions read together with consistent reads.
+
+    Every change made up to and including metadata ``version`` is visible; changes made after the
+    version was read may be visible too, and they bump the version, so a cache that re-reads when
+    the version moves past ``version`` never misses one.
+    """
+
+    version: int
+    brokers: tuple[BrokerRegistration, ...]
+    topics: Mapping[str, TopicDescription]
+    partitions: Mapping[str, tuple[PartitionState, ...]] = field(default_factory=dict)
+
+    def live_brokers(self) -> tuple[BrokerRegistration, ...]:
+        return tuple(b for b in self.brokers if b.state is BrokerState.RUNNING)
+
+
+@dataclass(frozen=True)
+class ControllerLeaseState:
+    """The controller lease item as last read; ``holder`` is NO_HOLDER (-1) once released."""
+
+    holder: int
+    controller_epoch: int
+    heartbeat: int
+    lease_duration_ms: int
+
+
+class ProducerIdBlock(NamedTuple):
+    """Producer ids ``range(start, end)``: start inclusive, end exclusive."""
+
+    start: int
+    end: int
