@@ -5,7 +5,8 @@ magnitudes of either sign stay short) in little-endian groups of 7 bits, the hig
 saying another byte follows. A varint holds an int32 in at most 5 bytes, a varlong an int64 in at
 most 10. Decoders read straight from bytes, bytearray or memoryview at a position, never copy, and
 raise CorruptVarintError (with the position where the varint starts) when the buffer ends inside a
-varint or the varint runs past its maximum length. As in Java, bits past the type's width in the
+varint or the varint runs past its maximum length. One- and two-byte varints (values within +-8191:
+most lengths, deltas and counts in a batch) take a fast path. As in Java, bits past the type's width in the
 last byte are dropped rather than rejected.
 """
 
@@ -51,12 +52,32 @@ def encode_varlong(value: int) -> bytes:
 
 def decode_varint(buf: Buffer, position: int) -> tuple[int, int]:
     """Decode the varint at ``position``; return (value, position just after it)."""
-    return _decode_zigzag(buf, position, MAX_VARINT_SIZE, _UINT32_MASK)
+    try:
+        byte = buf[position]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), position + 1
+        second = buf[position + 1]
+        if second < 0x80:
+            unsigned = (byte & 0x7F) | (second << 7)
+            return (unsigned >> 1) ^ -(unsigned & 1), position + 2
+    except IndexError:
+        raise CorruptVarintError("varint runs past the end of the buffer", position=position) from None
+    return _decode_long_zigzag(buf, position, MAX_VARINT_SIZE, _UINT32_MASK)
 
 
 def decode_varlong(buf: Buffer, position: int) -> tuple[int, int]:
     """Decode the varlong at ``position``; return (value, position just after it)."""
-    return _decode_zigzag(buf, position, MAX_VARLONG_SIZE, _UINT64_MASK)
+    try:
+        byte = buf[position]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), position + 1
+        second = buf[position + 1]
+        if second < 0x80:
+            unsigned = (byte & 0x7F) | (second << 7)
+            return (unsigned >> 1) ^ -(unsigned & 1), position + 2
+    except IndexError:
+        raise CorruptVarintError("varint runs past the end of the buffer", position=position) from None
+    return _decode_long_zigzag(buf, position, MAX_VARLONG_SIZE, _UINT64_MASK)
 
 
 def _write_unsigned(out: bytearray, unsigned: int) -> None:
@@ -66,14 +87,12 @@ def _write_unsigned(out: bytearray, unsigned: int) -> None:
     out.append(unsigned)
 
 
-def _decode_zigzag(buf: Buffer, position: int, max_size: int, mask: int) -> tuple[int, int]:
+def _decode_long_zigzag(buf: Buffer, position: int, max_size: int, mask: int) -> tuple[int, int]:
+    """The varint at ``position`` whose first byte has its continuation bit set."""
+    unsigned = 0
+    shift = 0
+    cursor = position
     try:
-        byte = buf[position]
-        if byte < 0x80:  # one-byte fast path: most lengths, deltas and counts
-            return (byte >> 1) ^ -(byte & 1), position + 1
-        unsigned = byte & 0x7F
-        shift = 7
-        cursor = position + 1
         while True:
             byte = buf[cursor]
             cursor += 1
