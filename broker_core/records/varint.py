@@ -5,9 +5,9 @@ magnitudes of either sign stay short) in little-endian groups of 7 bits, the hig
 saying another byte follows. A varint holds an int32 in at most 5 bytes, a varlong an int64 in at
 most 10. Decoders read straight from bytes, bytearray or memoryview at a position, never copy, and
 raise CorruptVarintError (with the position where the varint starts) when the buffer ends inside a
-varint or the varint runs past its maximum length. One- and two-byte varints (values within +-8191:
-most lengths, deltas and counts in a batch) take a fast path. As in Java, bits past the type's width in the
-last byte are dropped rather than rejected.
+varint or the varint runs past its maximum length. One- and two-byte varints (values within
++-8191: most lengths, deltas and counts in a batch) take a fast path. As in Java, bits past the
+type's width in the last byte are dropped rather than rejected.
 """
 
 from __future__ import annotations
