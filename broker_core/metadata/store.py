@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import ParamSpec, TypeVar
 
 from botocore.exceptions import BotoCoreError
-from pynamodb.connection import Connection
 from pynamodb.exceptions import PynamoDBException, TableError, TransactWriteError
 from pynamodb.expressions.condition import Condition
 from pynamodb.models import Model
@@ -202,7 +201,6 @@ class MetadataStore:
     def __init__(self, settings: AwsSettings) -> None:
         self.settings = settings
         self.models: BoundModels = bind_models(settings)
-        self._connection = Connection(region=settings.region, host=settings.endpoint_url)
 
     # -- tables ------------------------------------------------------------------------------
 
@@ -244,7 +242,7 @@ class MetadataStore:
         """
         for attempt in range(_RETRY_ATTEMPTS):
             try:
-                with TransactWrite(connection=self._connection) as transaction:
+                with TransactWrite(connection=self.models.connection) as transaction:
                     build(transaction)
                 return None
             except TransactWriteError as err:
