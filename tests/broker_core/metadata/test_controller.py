@@ -1,0 +1,173 @@
+import time
+
+import pytest
+
+from broker_core.metadata.controller import Controller, ControllerLease, plan_partition_change
+from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState
+from broker_core.metadata.store import MetadataStore
+
+SESSION_MS = 300
+
+
+@pytest.fixture
+def controller(store: MetadataStore) -> Controller:
+    epoch = ControllerLease(store, 10_000).try_acquire(0)
+    return Controller(store, epoch, session_timeout_ms=SESSION_MS)
+
+
+def stall(controller: Controller, store: MetadataStore, epochs: dict[int, int], stalled: set[int]):
+    """Two controller passes a session timeout apart; every broker but ``stalled`` heartbeats between."""
+    controller.run_once(now_ms=0)
+    for broker_id, epoch in epochs.items():
+        if broker_id not in stalled:
+            store.heartbeat_broker(broker_id, epoch)
+    return controller.run_once(now_ms=SESSION_MS)
+
+
+def test_broker_whose_heartbeat_stalls_is_fenced_and_loses_leadership_to_an_isr_member(
+    store, register_brokers, controller
+):
+    epochs = register_brokers([1, 2, 3])
+    store.create_topic("t", 6, 3)
+    before = {p.partition: p for p in store.get_partitions("t")}
+    version_before = store.metadata_version()
+
+    result = stall(controller, store, epochs, stalled={3})
+
+    assert result.fenced_brokers == (3,)
+    assert store.get_broker(3).state is BrokerState.FENCED
+    assert [store.get_broker(b).state for b in (1, 2)] == [BrokerState.RUNNING] * 2
+    for p in store.get_partitions("t"):
+        old = before[p.partition]
+        assert 3 not in p.isr
+        assert p.partition_epoch == old.partition_epoch + 1
+        if old.leader == 3:
+            assert p.leader == next(r for r in old.replicas if r != 3)
+            assert p.leader_epoch == old.leader_epoch + 1
+        else:
+            assert (p.leader, p.leader_epoch) == (old.leader, old.leader_epoch)
+    assert store.metadata_version() > version_before
+
+
+def test_a_heartbeating_broker_is_never_fenced(store, register_brokers, controller):
+    epochs = register_brokers([1, 2])
+    for step in range(6):
+        for broker_id, epoch in epochs.items():
+            store.heartbeat_broker(broker_id, epoch)
+        assert controller.run_once(now_ms=step * SESSION_MS).fenced_brokers == ()
+    assert all(b.state is BrokerState.RUNNING for b in store.list_brokers())
+
+
+def test_a_new_controller_waits_a_whole_session_before_fencing(store, register_brokers, controller):
+    register_brokers([1])
+    assert controller.run_once(now_ms=10_000).fenced_brokers == ()
+    assert controller.run_once(now_ms=10_000 + SESSION_MS - 1).fenced_brokers == ()
+    assert controller.run_once(now_ms=10_000 + SESSION_MS).fenced_brokers == (1,)
+
+
+def test_stalled_broker_is_fenced_on_the_real_monotonic_clock(store, register_brokers, controller):
+    epochs = register_brokers([1, 2])
+    deadline = time.monotonic() + 20
+    while store.get_broker(2).state is not BrokerState.FENCED and time.monotonic() < deadline:
+        store.heartbeat_broker(1, epochs[1])
+        controller.run_once()
+        time.sleep(0.05)
+    assert store.get_broker(2).state is BrokerState.FENCED
+    assert store.get_broker(1).state is BrokerState.RUNNING
+
+
+def test_unclean_election_is_off_by_default(store, register_brokers, controller):
+    epochs = register_brokers([1, 2])
+    store.create_topic("t", 1, 2)
+    p = store.get_partition("t", 0)
+    follower = p.replicas[1]
+    store.update_partition(p.with_isr([p.leader]), 0)
+
+    stall(controller, store, epochs, stalled={p.leader})
+
+    after = store.get_partition("t", 0)
+    assert after.leader == NO_LEADER
+    assert after.isr == (p.leader,)
+    assert follower not in after.isr
+
+
+def test_unclean_election_when_the_topic_allows_it_elects_a_live_replica(store, register_brokers, controller):
+    epochs = register_brokers([1, 2])
+    store.create_topic("t", 1, 2, {"unclean.leader.election.enable": "true"})
+    p = store.get_partition("t", 0)
+    follower = p.replicas[1]
+    store.update_partition(p.with_isr([p.leader]), 0)
+
+    stall(controller, store, epochs, stalled={p.leader})
+
+    after = store.get_partition("t", 0)
+    assert (after.leader, after.isr, after.leader_epoch) == (follower, (follower,), p.leader_epoch + 1)
+
+
+def test_last_isr_member_leads_again_when_it_registers_again(store, register_brokers, controller):
+    epochs = register_brokers([1])
+    store.create_topic("t", 1, 1)
+    stall(controller, store, epochs, stalled={1})
+    assert store.get_partition("t", 0).leader == NO_LEADER
+
+    store.register_broker(1, "127.0.0.1", 9092)
+    controller.run_once(now_ms=2 * SESSION_MS)
+
+    after = store.get_partition("t", 0)
+    assert (after.leader, after.isr, after.leader_epoch) == (1, (1,), 2)
+
+
+def test_controlled_shutdown_moves_every_leadership_away(store, register_brokers, controller):
+    epochs = register_brokers([1, 2])
+    store.create_topic("t", 4, 2)
+    assert store.partitions_led_by(1)
+
+    still_led = controller.controlled_shutdown(1, epochs[1])
+
+    assert still_led == []
+    assert store.get_broker(1).state is BrokerState.SHUTTING_DOWN
+    for p in store.get_partitions("t"):
+        assert (p.leader, p.isr) == (2, (2,))
+
+
+def test_controlled_shutdown_keeps_partitions_without_another_isr_member(store, register_brokers, controller):
+    epochs = register_brokers([1])
+    store.create_topic("t", 2, 1)
+    still_led = controller.controlled_shutdown(1, epochs[1])
+    assert [p.partition for p in still_led] == [0, 1]
+    assert all(p.leader == 1 for p in store.get_partitions("t"))
+
+
+def test_a_broker_that_marks_itself_shutting_down_is_drained_by_the_next_controller_pass(
+    store, register_brokers, controller
+):
+    epochs = register_brokers([1, 2])
+    store.create_topic("t", 4, 2)
+    controller.run_once(now_ms=0)
+    store.set_broker_state(2, epochs[2], BrokerState.SHUTTING_DOWN)
+    controller.run_once(now_ms=1)
+    assert store.partitions_led_by(2) == []
+
+
+def _partition(leader: int, isr: tuple[int, ...], replicas: tuple[int, ...] = (1, 2, 3)) -> PartitionState:
+    return PartitionState("t", "id", 0, replicas, leader, 5, 9, isr)
+
+
+def test_plan_leaves_a_healthy_partition_alone():
+    assert plan_partition_change(_partition(1, (1, 2, 3)), {1, 2, 3}, set()) is None
+
+
+def test_plan_picks_the_first_live_isr_member_in_replica_order():
+    planned = plan_partition_change(_partition(1, (3, 1, 2)), {2, 3}, set())
+    assert (planned.leader, planned.isr, planned.leader_epoch) == (2, (3, 2), 6)
+
+
+def test_plan_drops_a_shutting_down_follower_from_the_isr_but_keeps_the_leader():
+    planned = plan_partition_change(_partition(1, (1, 2, 3)), {1, 3}, {2})
+    assert (planned.leader, planned.isr, planned.leader_epoch) == (1, (1, 3), 5)
+
+
+def test_plan_never_elects_a_replica_outside_the_isr_without_unclean_election():
+    planned = plan_partition_change(_partition(1, (1,)), {2, 3}, set())
+    assert (planned.leader, planned.isr) == (NO_LEADER, (1,))
+    assert plan_partition_change(planned, {2, 3}, set()) is None
