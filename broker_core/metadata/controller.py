@@ -82,7 +82,6 @@ class ControllerLease:
     def __init__(self, store: MetadataStore, lease_duration_ms: int = DEFAULT_LEASE_DURATION_MS) -> None:
         if lease_duration_ms <= 0:
             raise ValueError(f"lease duration must be positive, got {lease_duration_ms} ms")
-        self._store = store
         self._model = store.models.controller_lease
         self.lease_duration_ms = lease_duration_ms
         self._holder: int | None = None

@@ -19,7 +19,9 @@ Thread-safety: a MetadataStore holds no mutable state of its own and may be shar
 pynamodb is synchronous, so brokers call it from worker threads, never from the event loop.
 Conditional writes that are safe to retry (transaction conflicts, throttling, read-merge-write of
 configs and producer ids) are retried with bounded, jittered backoff; DynamoDB being unreachable
-surfaces as MetadataUnavailableError.
+surfaces as MetadataUnavailableError. botocore gives each TransactWriteItems call an idempotency
+token that its own network retries reuse, so a commit whose reply was lost is not mistaken for a
+failed condition on the retry.
 """
 
 from __future__ import annotations
