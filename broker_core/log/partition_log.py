@@ -1,0 +1,761 @@
+"""The on-disk log of one partition: Kafka's directory of segments, checkpoints and leader epochs.
+
+`PartitionLog` is what the broker appends produce requests to, what followers append replicated
+batches to, what fetches read from (as file slices for sendfile) and what retention trims. Its
+directory is `<data>/<topic>-<partition>/` and holds `<20-digit base offset>.log|.index|.timeindex`
+per segment, `leader-epoch-checkpoint`, `recovery-point` and `log-start-offset`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker_core.records.batch import decode_batch
+from broker_core.records.errors import CorruptBatchError
+from broker_core.records.header import (
+    BatchHeader,
+    TimestampType,
+    parse_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    verify_crc,
+)
+
+from .checkpoint import (
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    TEMP_SUFFIX,
+    fsync_directory,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
+from .config import LogConfig
+from .errors import (
+    CorruptCheckpointError,
+    CorruptIndexError,
+    LeaderEpochOutOfOrderError,
+    OffsetOutOfRangeError,
+    OffsetsOutOfOrderError,
+    RecordTooLargeError,
+)
+from .leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpoint
+from .segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    AppendedBatch,
+    FileSlice,
+    Segment,
+)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append wrote: offsets ``base_offset``..``last_offset`` in ``num_batches`` batches.
+
+    ``log_append_time`` is the time stamped into LogAppendTime batches, -1 for CreateTime.
+    ``offset_of_max_timestamp`` is the last offset of the first batch carrying ``max_timestamp``.
+    An empty append writes nothing and reports ``last_offset = base_offset - 1``.
+    """
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    num_batches: int
+    size_bytes: int
+
+
+class PartitionLog:
+    """A partition's segments, indexes, leader-epoch cache and recovery point.
+
+    On-disk layout: see the module docstring; each structure's class describes its bytes. Offsets are
+    contiguous inside a segment; between segments there can be a gap only where a follower was told
+    to continue above its log end.
+
+    Durability: appends are written to the page cache and are acknowledged without fsync unless
+    ``flush.messages`` / ``flush.ms`` say otherwise (checked on append). `flush` (also run on every
+    roll for the sealed segment, and by `close`) fsyncs data and indexes and advances the recovery
+    point. On open, every segment that reaches past the recovery point is re-validated batch by batch
+    (header, CRC-32C, contiguous offsets, leader epoch) with its indexes rebuilt, and the log is cut at
+    the first bad or partial batch (segments after it are deleted). Segments below the recovery point
+    are only checked cheaply (index sanity, the tail after the last index entry); if that fails they
+    are re-validated too. A process crash loses nothing acknowledged; an OS crash can lose what was
+    above the recovery point.
+
+    Concurrency: one writer per partition. append, append_as_follower, roll, flush, truncate_to,
+    truncate_fully_and_start_at, delete_records_before, enforce_retention, delete_expired_segments
+    and close must be serialised by the caller (the broker does so per partition). read, read_bytes,
+    offset_for_timestamp and the offset properties may run concurrently with the writer from other
+    threads: the segment list is replaced, never mutated in place, and each segment publishes its end
+    atomically. A FileSlice's descriptor stays open for ``file.delete.delay.ms`` after its segment
+    leaves the log (retention, truncation): the files are renamed to ``*.deleted`` at once and closed
+    and unlinked by `delete_expired_segments` (called by the writer-side methods above) once the
+    delay has passed, or by `close`. Truncating the active segment shortens its file in place, so a
+    slice read before `truncate_to` may then deliver fewer bytes than its length.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        topic: str,
+        partition: int,
+        segments: list[Segment],
+        leader_epochs: LeaderEpochCheckpoint,
+        log_start_offset: int,
+        recovery_point: int,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self._segments = segments
+        self.leader_epochs = leader_epochs
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._pending_deletes: list[tuple[float, Segment]] = []
+        self._directory_dirty = False
+        self._last_flush_ms = wall_clock_ms()
+        self._closed = False
+
+    # ---------------------------------------------------------------- opening and recovery
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, topic: str = "", partition: int = 0) -> PartitionLog:
+        """Open (creating if missing) the log in ``directory`` and recover it; see the class docstring."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(directory)
+        leader_epochs = LeaderEpochCheckpoint(directory / LEADER_EPOCH_CHECKPOINT_FILE)
+        try:
+            recovery_point = read_offset_checkpoint(directory / RECOVERY_POINT_FILE) or 0
+        except CorruptCheckpointError:
+            recovery_point = 0
+        try:
+            log_start_offset = read_offset_checkpoint(directory / LOG_START_OFFSET_FILE) or 0
+        except CorruptCheckpointError:
+            log_start_offset = 0
+
+        segments: list[Segment] = []
+        index_problems: list[CorruptIndexError | None] = []
+        for base_offset in _segment_base_offsets(directory):
+            segment, problem = Segment.open(
+                directory,
+                base_offset,
+                index_interval_bytes=config.index_interval_bytes,
+                segment_index_bytes=config.segment_index_bytes,
+            )
+            segments.append(segment)
+            index_problems.append(problem)
+
+        accept_epoch = _epoch_validator(leader_epochs)
+        recovered_any = False
+        number = 0
+        while number < len(segments):
+            segment = segments[number]
+            wholly_below_recovery_point = (
+                number + 1 < len(segments) and segments[number + 1].base_offset <= recovery_point
+            )
+            if (
+                index_problems[number] is None
+                and segment.check_tail()
+                and segment.next_offset <= recovery_point
+            ):
+                number += 1
+                continue
+            recovered_any = True
+            truncated = segment.recover(config.max_message_bytes, accept_epoch)
+            if truncated and not wholly_below_recovery_point:
+                for later in segments[number + 1 :]:
+                    later.close_and_delete()
+                del segments[number + 1 :]
+            number += 1
+
+        now = wall_clock_ms()
+        if not segments:
+            segments.append(
+                Segment.create(
+                    directory,
+                    log_start_offset,
+                    index_interval_bytes=config.index_interval_bytes,
+                    segment_index_bytes=config.segment_index_bytes,
+                    now_ms=now,
+                )
+            )
+            recovered_any = True
+        log_end_offset = segments[-1].next_offset
+        log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
+        leader_epochs.truncate_from_end(log_end_offset)
+        leader_epochs.truncate_from_start(log_start_offset)
+        log = cls(
+            directory,
+            config,
+            topic=topic,
+            partition=partition,
+            segments=segments,
+            leader_epochs=leader_epochs,
+            log_start_offset=log_start_offset,
+            recovery_point=min(recovery_point, log_end_offset),
+        )
+        if recovered_any:
+            log._directory_dirty = True
+            log._write_log_start_offset()
+            log.flush()
+        return log
+
+    # ---------------------------------------------------------------- offsets and segments
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Everything below this offset was fsynced with its indexes."""
+        return self._recovery_point
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The segments in offset order (a snapshot: the log replaces, never mutates, this list)."""
+        return self._segments
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
+        return Segment.create(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            segment_index_bytes=self.config.segment_index_bytes,
+            now_ms=now_ms,
+        )
+
+    # ---------------------------------------------------------------- appending
+
+    def _validate(
+        self, records: bytes | bytearray | memoryview
+    ) -> tuple[memoryview, list[tuple[int, BatchHeader]]]:
+        """Check every batch (header, size limit, CRC) before anything is written; nothing partial survives."""
+        view = memoryview(records).cast("B")
+        max_bytes = self.config.max_message_bytes
+        batches = []
+        position = 0
+        end = len(view)
+        while position < end:
+            header = parse_header(view, position)
+            if header.size > max_bytes:
+                raise RecordTooLargeError(size=header.size, max_size=max_bytes, position=position)
+            verify_crc(view, header, position)
+            batches.append((position, header))
+            position += header.size
+        return view, batches
+
+    def append(
+        self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None
+    ) -> AppendInfo:
+        """Append a produce request's batches as leader: assign offsets from the log end and stamp ``leader_epoch``.
+
+        Every batch is validated first (header sanity, max.message.bytes, CRC-32C, a record count
+        matching its offset range); on any error nothing is written. The input is copied once into a
+        bytearray in which baseOffset and partitionLeaderEpoch are rewritten (and, for a LogAppendTime
+        topic, the timestamp type, max timestamp and CRC).
+        """
+        view, batches = self._validate(records)
+        now = wall_clock_ms() if now_ms is None else now_ms
+        latest_epoch = self.leader_epochs.latest_epoch
+        if latest_epoch is not None and leader_epoch < latest_epoch:
+            raise LeaderEpochOutOfOrderError(
+                topic=self.topic, partition=self.partition, epoch=leader_epoch, latest_epoch=latest_epoch
+            )
+        base_offset = self.log_end_offset
+        if not batches:
+            return AppendInfo(base_offset, base_offset - 1, -1, -1, -1, 0, 0)
+        for position, header in batches:
+            if header.records_count != header.last_offset_delta + 1:
+                raise CorruptBatchError(
+                    f"record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}",
+                    position=position,
+                )
+        log_append_time = now if self.config.uses_log_append_time else -1
+        buffer = bytearray(view)
+        described: list[AppendedBatch] = []
+        next_offset = base_offset
+        max_timestamp, offset_of_max = -1, -1
+        for position, header in batches:
+            set_base_offset(buffer, position, next_offset)
+            set_partition_leader_epoch(buffer, position, leader_epoch)
+            last_offset = next_offset + header.last_offset_delta
+            if log_append_time >= 0:
+                set_log_append_time(buffer, position, header.size, log_append_time)
+                batch_max_timestamp = log_append_time
+            else:
+                batch_max_timestamp = header.max_timestamp
+            if batch_max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = batch_max_timestamp, last_offset
+            described.append((position, header.size, last_offset, batch_max_timestamp))
+            next_offset = last_offset + 1
+
+        segment = self._segment_for_append(len(buffer), base_offset, next_offset - 1, now)
+        if latest_epoch != leader_epoch:
+            self.leader_epochs.assign(leader_epoch, base_offset)
+        segment.append(buffer, described)
+        self._maybe_flush(now)
+        return AppendInfo(
+            base_offset=base_offset,
+            last_offset=next_offset - 1,
+            log_append_time=log_append_time,
+            max_timestamp=max_timestamp,
+            offset_of_max_timestamp=offset_of_max,
+            num_batches=len(batches),
+            size_bytes=len(buffer),
+        )
+
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None
+    ) -> AppendInfo:
+        """Append replicated batches as they are: offsets and leader epochs come from the leader.
+
+        The first batch must start at or above the log end (above it, a new segment starts there) and
+        each next batch where the previous one ended, else OffsetsOutOfOrderError; leader epochs must
+        not go back, else LeaderEpochOutOfOrderError. Each new epoch is added to the leader-epoch
+        cache at its first batch. Nothing is written if any check fails.
+        """
+        view, batches = self._validate(records)
+        now = wall_clock_ms() if now_ms is None else now_ms
+        log_end_offset = self.log_end_offset
+        if not batches:
+            return AppendInfo(log_end_offset, log_end_offset - 1, -1, -1, -1, 0, 0)
+        expected = log_end_offset
+        latest_epoch = self.leader_epochs.latest_epoch
+        new_epochs: list[tuple[int, int]] = []
+        described: list[AppendedBatch] = []
+        max_timestamp, offset_of_max = -1, -1
+        for position, header in batches:
+            if header.base_offset < expected or (position and header.base_offset != expected):
+                raise OffsetsOutOfOrderError(
+                    topic=self.topic,
+                    partition=self.partition,
+                    offset=header.base_offset,
+                    expected_offset=expected,
+                )
+            epoch = header.partition_leader_epoch
+            if latest_epoch is not None and epoch < latest_epoch:
+                raise LeaderEpochOutOfOrderError(
+                    topic=self.topic, partition=self.partition, epoch=epoch, latest_epoch=latest_epoch
+                )
+            if epoch >= 0 and epoch != latest_epoch:
+                new_epochs.append((epoch, header.base_offset))
+                latest_epoch = epoch
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+            described.append((position, header.size, header.last_offset, header.max_timestamp))
+            expected = header.next_offset
+
+        first_offset = batches[0][1].base_offset
+        if first_offset > log_end_offset:
+            segment = self._roll_to(first_offset, now)
+        else:
+            segment = self._segment_for_append(len(view), first_offset, expected - 1, now)
+        for epoch, start_offset in new_epochs:
+            self.leader_epochs.assign(epoch, start_offset)
+        segment.append(view, described)
+        self._maybe_flush(now)
+        first_header = batches[0][1]
+        return AppendInfo(
+            base_offset=first_offset,
+            last_offset=expected - 1,
+            log_append_time=max_timestamp
+            if first_header.timestamp_type is TimestampType.LOG_APPEND_TIME
+            else -1,
+            max_timestamp=max_timestamp,
+            offset_of_max_timestamp=offset_of_max,
+            num_batches=len(batches),
+            size_bytes=len(view),
+        )
+
+    def _segment_for_append(self, size: int, first_offset: int, last_offset: int, now_ms: int) -> Segment:
+        """The active segment, rolled first if this append should not go into it."""
+        active = self._segments[-1]
+        if active.should_roll(
+            size,
+            last_offset,
+            now_ms,
+            segment_bytes=self.config.segment_bytes,
+            segment_ms=self.config.segment_ms,
+        ):
+            return self._roll_to(first_offset, now_ms)
+        return active
+
+    def roll(self, now_ms: int | None = None) -> Segment:
+        """Seal the active segment and start a new one at the log end (no-op on an empty active segment)."""
+        return self._roll_to(self.log_end_offset, wall_clock_ms() if now_ms is None else now_ms)
+
+    def _roll_to(self, base_offset: int, now_ms: int) -> Segment:
+        """Start a new active segment at ``base_offset`` (>= the log end).
+
+        The sealed segment is flushed and the recovery point moves to ``base_offset``, so recovery
+        after a crash only ever has to re-validate the active segment. An empty active segment is
+        replaced rather than kept.
+        """
+        active = self._segments[-1]
+        if active.size == 0:
+            if active.base_offset == base_offset:
+                return active
+            self._retire([active])
+            new_segment = self._new_segment(base_offset, now_ms)
+            self._segments = [*self._segments[:-1], new_segment]
+        else:
+            active.seal()
+            new_segment = self._new_segment(base_offset, now_ms)
+            self._segments = [*self._segments, new_segment]
+        self._directory_dirty = True
+        self._flush_up_to(base_offset)
+        self.delete_expired_segments()
+        return new_segment
+
+    # ---------------------------------------------------------------- flushing and closing
+
+    def _maybe_flush(self, now_ms: int) -> None:
+        config = self.config
+        if (
+            config.flush_messages is not None
+            and self.log_end_offset - self._recovery_point >= config.flush_messages
+        ):
+            self.flush()
+        elif config.flush_ms is not None and now_ms - self._last_flush_ms >= config.flush_ms:
+            self.flush()
+
+    def flush(self) -> None:
+        """fsync everything up to the log end (data, indexes, directory) and advance the recovery point."""
+        self._flush_up_to(self.log_end_offset)
+
+    def _flush_up_to(self, offset: int) -> None:
+        segments = self._segments
+        for segment in segments:
+            if (
+                segment.next_offset > self._recovery_point
+                or segment.base_offset >= self._recovery_point
+                or segment is segments[-1]
+            ):
+                segment.flush(fsync=True)
+        if self._directory_dirty:
+            fsync_directory(self.directory)
+            self._directory_dirty = False
+        if offset != self._recovery_point:
+            self._recovery_point = offset
+            write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, offset)
+        self._last_flush_ms = wall_clock_ms()
+
+    def close(self) -> None:
+        """Clean shutdown: seal and flush the active segment, write the recovery point, close every file."""
+        if self._closed:
+            return
+        self._segments[-1].seal()
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+        for _, segment in self._pending_deletes:
+            segment.close_and_delete()
+        self._pending_deletes.clear()
+        self._closed = True
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- reading
+
+    def _check_range(self, offset: int) -> None:
+        log_start_offset, log_end_offset = self._log_start_offset, self.log_end_offset
+        if offset < log_start_offset or offset > log_end_offset:
+            raise OffsetOutOfRangeError(
+                topic=self.topic,
+                partition=self.partition,
+                offset=offset,
+                log_start_offset=log_start_offset,
+                log_end_offset=log_end_offset,
+            )
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> FileSlice | None:
+        """Whole batches starting with the one holding ``offset``, from a single segment.
+
+        Stops before the first batch whose last offset is >= ``max_offset`` (the high watermark for
+        consumers) and before ``max_bytes`` would be exceeded, except that with ``min_one_batch`` the
+        first batch is returned whole even if larger. Returns None when ``offset`` is the log end or
+        nothing qualifies. Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
+        """
+        segments = self._segments
+        self._check_range(offset)
+        if offset >= segments[-1].next_offset:
+            return None
+        number = max(0, bisect.bisect_right(segments, offset, key=lambda s: s.base_offset) - 1)
+        for segment in segments[number:]:
+            if max_offset is not None and segment.base_offset >= max_offset:
+                return None
+            start = max(offset, segment.base_offset)
+            file_slice = segment.read(start, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+            if file_slice is not None:
+                return file_slice
+            if start < segment.next_offset:
+                return None
+        return None
+
+    def read_bytes(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> bytes:
+        """`read`, returning the slice's bytes (b"" when it returns None)."""
+        file_slice = self.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        if file_slice is None:
+            return b""
+        return os.pread(file_slice.fd, file_slice.length, file_slice.position)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """Kafka's ListOffsets by time: (offset, timestamp) of the first record at or above log start whose
+        timestamp is >= ``timestamp_ms``; None if no record is that recent."""
+        log_start_offset = self._log_start_offset
+        for segment in self._segments:
+            if segment.next_offset <= log_start_offset:
+                continue
+            found = segment.find_by_timestamp(timestamp_ms, log_start_offset)
+            if found is None:
+                continue
+            position, header = found
+            if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+                return max(header.base_offset, log_start_offset), header.max_timestamp
+            batch = decode_batch(segment.read_batch(position, header), verify_crc=False)
+            for record in batch.records:
+                if record.timestamp >= timestamp_ms and record.offset >= log_start_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (epoch, end offset) as LeaderEpochCheckpoint.end_offset_for at the log end."""
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # ---------------------------------------------------------------- truncation and deletion
+
+    def truncate_to(self, offset: int, *, now_ms: int | None = None) -> bool:
+        """Follower truncation: drop every batch whose last offset is >= ``offset``; return whether anything went.
+
+        A batch holding ``offset`` goes whole, so the log end becomes that batch's base offset. The
+        leader-epoch cache and the recovery point follow the new log end.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return False
+        now = wall_clock_ms() if now_ms is None else now_ms
+        segments = self._segments
+        if segments[0].base_offset > offset:
+            self.truncate_fully_and_start_at(offset, now_ms=now)
+            return True
+        keep = bisect.bisect_right(segments, offset, key=lambda s: s.base_offset)
+        removed = segments[keep:]
+        self._segments = segments[:keep]
+        self._retire(removed)
+        self._segments[-1].truncate_to(offset, now)
+        log_end_offset = self.log_end_offset
+        self.leader_epochs.truncate_from_end(log_end_offset)
+        if self._recovery_point > log_end_offset:
+            self._recovery_point = log_end_offset
+            write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, log_end_offset)
+        if self._log_start_offset > log_end_offset:
+            self._log_start_offset = log_end_offset
+            self._write_log_start_offset()
+        self.delete_expired_segments()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int | None = None) -> None:
+        """Drop the whole log and continue empty at ``offset`` (log start and end both become ``offset``)."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
+        now = wall_clock_ms() if now_ms is None else now_ms
+        old = self._segments
+        self._retire(old)
+        self._segments = [self._new_segment(offset, now)]
+        self._directory_dirty = True
+        self.leader_epochs.clear()
+        self._log_start_offset = offset
+        self._write_log_start_offset()
+        self._recovery_point = offset
+        write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, offset)
+        self.flush()
+        self.delete_expired_segments()
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start up to ``offset`` and delete segments wholly below it; return the log start.
+
+        Raises OffsetOutOfRangeError above the log end.
+        """
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                topic=self.topic,
+                partition=self.partition,
+                offset=offset,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=self.log_end_offset,
+            )
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self._write_log_start_offset()
+            self.leader_epochs.truncate_from_start(offset)
+            self._delete_oldest(lambda segment, next_segment: next_segment.base_offset <= offset)
+        return self._log_start_offset
+
+    def enforce_retention(
+        self,
+        now_ms: int | None = None,
+        *,
+        high_watermark: int | None = None,
+        can_delete: Callable[[Segment], bool] | None = None,
+    ) -> int:
+        """Delete the oldest whole segments that retention.ms or retention.bytes (or the log start) condemn.
+
+        A segment goes when its largest timestamp is more than retention.ms old, or when the log
+        without it is still at least retention.bytes, or when it lies wholly below the log start.
+        Segments go oldest first and only while each next one qualifies; the active segment never
+        goes, nor a segment reaching the ``high_watermark`` (default: the log end), nor one for which
+        ``can_delete`` (e.g. "already uploaded to remote storage") says no. The log start offset moves
+        to the new first segment. Returns the number of segments deleted.
+        """
+        now = wall_clock_ms() if now_ms is None else now_ms
+        config = self.config
+        limit = self.log_end_offset if high_watermark is None else high_watermark
+        excess = self.size_bytes - config.retention_bytes if config.retention_bytes >= 0 else -1
+        log_start_offset = self._log_start_offset
+
+        def condemned(segment: Segment, next_segment: Segment) -> bool:
+            nonlocal excess
+            if next_segment.base_offset > limit:
+                return False
+            by_time = config.retention_ms >= 0 and now - segment.largest_timestamp > config.retention_ms
+            by_size = config.retention_bytes >= 0 and excess - segment.size >= 0
+            by_start = next_segment.base_offset <= log_start_offset
+            if not (by_time or by_size or by_start):
+                return False
+            if can_delete is not None and not can_delete(segment):
+                return False
+            excess -= segment.size
+            return True
+
+        deleted = self._delete_oldest(condemned)
+        self.delete_expired_segments()
+        return deleted
+
+    def _delete_oldest(self, condemned: Callable[[Segment, Segment], bool]) -> int:
+        """Delete segments from the oldest while ``condemned(segment, next segment)``; never the active one."""
+        segments = self._segments
+        count = 0
+        while count < len(segments) - 1 and condemned(segments[count], segments[count + 1]):
+            count += 1
+        if not count:
+            return 0
+        self._segments = segments[count:]
+        self._retire(segments[:count])
+        new_start = self._segments[0].base_offset
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+            self._write_log_start_offset()
+            self.leader_epochs.truncate_from_start(new_start)
+        return count
+
+    def _retire(self, segments: list[Segment]) -> None:
+        """Take segments out of service: rename to *.deleted now, close and unlink after file.delete.delay.ms."""
+        delay_ms = self.config.file_delete_delay_ms
+        for segment in segments:
+            if delay_ms == 0:
+                segment.close_and_delete()
+            else:
+                segment.mark_deleted()
+                self._pending_deletes.append((time.monotonic() + delay_ms / 1000, segment))
+        if segments:
+            self._directory_dirty = True
+
+    def delete_expired_segments(self) -> None:
+        """Close and unlink retired segments whose file.delete.delay.ms has passed."""
+        now = time.monotonic()
+        due = [segment for deadline, segment in self._pending_deletes if deadline <= now]
+        if due:
+            self._pending_deletes = [(d, s) for d, s in self._pending_deletes if d > now]
+            for segment in due:
+                segment.close_and_delete()
+
+    def _write_log_start_offset(self) -> None:
+        write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self._log_start_offset)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition}, log_start_offset={self._log_start_offset}, "
+            f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+
+def _segment_base_offsets(directory: Path) -> list[int]:
+    bases = []
+    for path in directory.iterdir():
+        stem, suffix = path.stem, path.suffix
+        if suffix == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
+            bases.append(int(stem))
+    return sorted(bases)
+
+
+def _remove_leftovers(directory: Path) -> None:
+    """Delete what a crash can leave behind: retired segment files, temp checkpoints, indexes without a log."""
+    bases = set(_segment_base_offsets(directory))
+    for path in directory.iterdir():
+        name = path.name
+        if name.endswith(DELETED_SUFFIX) or name.endswith(TEMP_SUFFIX):
+            path.unlink()
+        elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and (
+            not path.stem.isdigit() or int(path.stem) not in bases
+        ):
+            path.unlink()
+
+
+def _epoch_validator(leader_epochs: LeaderEpochCheckpoint) -> Callable[[int, int], bool]:
+    """The leader-epoch rule recovery applies to each batch (partitionLeaderEpoch is not under the CRC).
+
+    With a non-empty cache, a batch at or above the first entry must carry exactly the epoch the
+    cache gives its offset: the log writes the cache before the batches, so any other value is
+    damage. With an empty cache (file lost), the cache is rebuilt from the batches as Kafka does.
+    """
+    rebuilding = not leader_epochs.entries
+
+    def accept(base_offset: int, epoch: int) -> bool:
+        if rebuilding:
+            latest = leader_epochs.latest_epoch
+            if epoch >= 0 and (latest is None or epoch > latest):
+                leader_epochs.assign(epoch, base_offset)
+            return True
+        expected = leader_epochs.epoch_for_offset(base_offset)
+        return expected is None or epoch == expected
+
+    return accept
