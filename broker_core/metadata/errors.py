@@ -35,6 +35,10 @@ class MetadataConflictError(MetadataError):
         self.attempts = attempts
 
 
+class StaleEpochError(MetadataError):
+    """A write carried an epoch (broker, controller or partition) that a newer one has replaced."""
+
+
 class InvalidTopicError(MetadataError):
     """The topic name breaks Kafka's rules (legal characters [a-zA-Z0-9._-], 1..249 long, not . or ..)."""
 
@@ -111,7 +115,7 @@ class InvalidBrokerRegistrationError(MetadataError):
         self.reason = reason
 
 
-class BrokerFencedError(MetadataError):
+class BrokerFencedError(StaleEpochError):
     """The broker's registration is fenced or was replaced by one with a newer broker epoch."""
 
     kafka_error_code: ClassVar[int] = 77  # STALE_BROKER_EPOCH
@@ -122,7 +126,7 @@ class BrokerFencedError(MetadataError):
         self.broker_epoch = broker_epoch
 
 
-class FencedControllerError(MetadataError):
+class FencedControllerError(StaleEpochError):
     """A controller write carried a controller epoch that is no longer the lease's epoch."""
 
     kafka_error_code: ClassVar[int] = 41  # NOT_CONTROLLER
@@ -132,7 +136,7 @@ class FencedControllerError(MetadataError):
         self.controller_epoch = controller_epoch
 
 
-class PartitionEpochConflictError(MetadataError):
+class PartitionEpochConflictError(StaleEpochError):
     """A partition update expected a partition epoch that is no longer current."""
 
     kafka_error_code: ClassVar[int] = 95  # INVALID_UPDATE_VERSION, as AlterPartition answers

@@ -1,6 +1,8 @@
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from broker_core.metadata.controller import Controller, ControllerLease, plan_partition_change
 from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState
@@ -171,3 +173,32 @@ def test_plan_never_elects_a_replica_outside_the_isr_without_unclean_election():
     planned = plan_partition_change(_partition(1, (1,)), {2, 3}, set())
     assert (planned.leader, planned.isr) == (NO_LEADER, (1,))
     assert plan_partition_change(planned, {2, 3}, set()) is None
+
+
+@st.composite
+def partitions_and_brokers(draw: st.DrawFn) -> tuple[PartitionState, set[int], set[int], bool]:
+    replicas = tuple(draw(st.permutations(range(1, draw(st.integers(1, 5)) + 1))))
+    isr = tuple(draw(st.lists(st.sampled_from(replicas), min_size=1, unique=True)))
+    leader = draw(st.sampled_from((*isr, NO_LEADER)))
+    states = draw(st.lists(st.sampled_from(["running", "shutting_down", "gone"]), min_size=5, max_size=5))
+    running = {b for b in range(1, 6) if states[b - 1] == "running"}
+    shutting_down = {b for b in range(1, 6) if states[b - 1] == "shutting_down"}
+    state = PartitionState("t", "id", 0, replicas, leader, 3, 7, isr)
+    return state, running, shutting_down, draw(st.booleans())
+
+
+@given(partitions_and_brokers())
+def test_planned_partition_states_keep_the_invariants_and_planning_again_changes_nothing(case):
+    state, running, shutting_down, unclean = case
+    planned = plan_partition_change(state, running, shutting_down, unclean)
+    if planned is None:
+        return
+    assert planned.isr and set(planned.isr) <= set(planned.replicas)
+    assert planned.leader == NO_LEADER or planned.leader in planned.isr
+    assert planned.leader == NO_LEADER or planned.leader in running | shutting_down
+    assert planned.leader_epoch == state.leader_epoch + (planned.leader != state.leader)
+    if planned.leader not in state.isr and planned.leader != NO_LEADER:
+        assert unclean and not running.intersection(state.isr)
+    else:
+        assert set(planned.isr) <= set(state.isr)
+    assert plan_partition_change(planned, running, shutting_down, unclean) is None
