@@ -1,0 +1,593 @@
+"""The segment manifest: DynamoDB's record of which segments of a partition live in S3, and in what state.
+
+Readers of tiered data (the broker's remote reads, Lambda front ends, Spark) never list S3: they
+query this table and range-GET the object keys it names (DESIGN.md decision 6). One DynamoDB table,
+``<table prefix>segments``, holds two kinds of items under the hash key ``partition_key`` =
+``"<topic id>:<partition>"`` (keyed by topic id, not name, so a re-created topic never sees the
+segments of its predecessor):
+
+- **Segment rows**, range key ``"segment#<20-digit base offset>#<segment id>"`` (so a query returns
+  them in base-offset order): ``topic``, ``topic_id``, ``partition``, ``segment_id`` (UUID, one per
+  upload attempt), ``base_offset``, ``end_offset`` (last offset in the segment, inclusive),
+  ``max_timestamp_ms`` (-1 when no batch carries a timestamp), ``size_bytes`` (of the .log object),
+  ``leader_epoch`` (epoch of the leader that uploaded it: its fencing token), ``epoch_entries``
+  (the leader-epoch entries ``[epoch, start offset]`` of the segment's batches, first one at or
+  below ``base_offset``), ``state``, ``log_key`` and ``indexes_key`` (S3 keys, see
+  ``tiered_storage.layout``), ``created_at_ms``, ``updated_at_ms`` and, once DELETE_FINISHED,
+  ``expires_at`` (a DynamoDB TTL that reclaims the tombstone; nothing depends on it firing).
+- **One head item per partition**, range key ``"head"``: ``end_offset`` (the largest end offset
+  ever committed COPY_FINISHED, -1 before the first) and ``leader_epoch`` (the largest leader epoch
+  that committed a segment).
+
+Life of a segment row (KIP-405's states)::
+
+    COPY_STARTED --finish_copy--> COPY_FINISHED --start_delete--> DELETE_STARTED --finish_delete--> DELETE_FINISHED
+         |
+         +--abort_copy (objects deleted first)--> row removed
+
+``start_copy`` writes the row before any byte is uploaded, so an object in S3 always has a row that
+names it: a crash between upload and commit leaves a COPY_STARTED row, which the next uploader run
+treats as an orphan (deletes its objects, then ``abort_copy``). ``finish_copy`` is one DynamoDB
+transaction over the row (condition: still COPY_STARTED) and the head item (condition: no head yet,
+or head ``end_offset`` < this segment's ``base_offset`` and head ``leader_epoch`` <= the uploader's
+epoch). Hence the invariant readers rely on: **the COPY_FINISHED segments of a partition never
+overlap**; sorted by base offset, each starts after the previous one ends (gaps appear only where
+the local log had none of the data when tiering was enabled), and an uploader whose leadership was
+taken over by a higher epoch cannot commit. There is never a second COPY_FINISHED row for the same
+offsets: a retried or concurrent commit of the same offsets fails its head condition.
+
+Thread-safety: a ManifestStore holds no mutable state of its own and may be shared by threads. It
+is synchronous (pynamodb): the broker calls it through ``asyncio.to_thread``, never on the event
+loop. DynamoDB failures that no condition explains surface as ManifestUnavailableError; transaction
+conflicts and throttling are retried with jittered backoff.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import ParamSpec, TypeVar
+
+from botocore.exceptions import BotoCoreError
+from pynamodb.attributes import (
+    ListAttribute,
+    NumberAttribute,
+    TTLAttribute,
+    UnicodeAttribute,
+)
+from pynamodb.connection import Connection
+from pynamodb.exceptions import (
+    DeleteError,
+    PutError,
+    PynamoDBException,
+    TableError,
+    TransactWriteError,
+    UpdateError,
+)
+from pynamodb.models import Model
+from pynamodb.transactions import TransactWrite
+
+from broker_core.aws import AwsSettings
+from tiered_storage.layout import segment_object_keys
+
+SEGMENTS_TABLE = "segments"
+HEAD_RANGE_KEY = "head"
+SEGMENT_RANGE_KEY_PREFIX = "segment#"
+DELETE_FINISHED_RETENTION_S = 7 * 24 * 3600
+
+_CONNECT_TIMEOUT_S = 5
+_READ_TIMEOUT_S = 10
+_MAX_RETRY_ATTEMPTS = 3
+_TRANSACTION_ATTEMPTS = 20
+_BACKOFF_BASE_S = 0.01
+_BACKOFF_CAP_S = 0.5
+_TABLE_ACTIVE_TIMEOUT_S = 60.0
+_CONDITION_FAILED = "ConditionalCheckFailed"
+_RETRIABLE_CANCELLATIONS = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class SegmentState(enum.StrEnum):
+    """KIP-405's states of a remote segment."""
+
+    COPY_STARTED = "COPY_STARTED"
+    COPY_FINISHED = "COPY_FINISHED"
+    DELETE_STARTED = "DELETE_STARTED"
+    DELETE_FINISHED = "DELETE_FINISHED"
+
+
+class ManifestError(Exception):
+    """Base class of every manifest error."""
+
+
+class ManifestUnavailableError(ManifestError):
+    """DynamoDB could not be reached or failed in a way no condition explains."""
+
+
+class SegmentStateError(ManifestError):
+    """A transition found the row in another state than the one it starts from (or gone)."""
+
+    def __init__(self, segment: RemoteSegment, expected: SegmentState) -> None:
+        super().__init__(
+            f"segment {segment.segment_id} of {segment.topic}-{segment.partition} "
+            f"[{segment.base_offset}, {segment.end_offset}] is no longer {expected.value}"
+        )
+        self.segment = segment
+        self.expected = expected
+
+
+class SegmentCommitRejectedError(ManifestError):
+    """finish_copy lost to the head item: the offsets are already tiered, or a higher leader epoch committed.
+
+    ``head_end_offset`` and ``head_leader_epoch`` are the head item's values when the commit was
+    refused (None when it could not be read back).
+    """
+
+    def __init__(
+        self, segment: RemoteSegment, head_end_offset: int | None, head_leader_epoch: int | None
+    ) -> None:
+        super().__init__(
+            f"commit of segment {segment.segment_id} of {segment.topic}-{segment.partition} "
+            f"[{segment.base_offset}, {segment.end_offset}] at leader epoch {segment.leader_epoch} refused: "
+            f"remote end offset is {head_end_offset}, latest committing leader epoch {head_leader_epoch}"
+        )
+        self.segment = segment
+        self.head_end_offset = head_end_offset
+        self.head_leader_epoch = head_leader_epoch
+
+
+class InvalidSegmentError(ManifestError, ValueError):
+    """start_copy was given offsets, sizes or epochs that cannot describe a segment."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegment:
+    """One manifest row: a segment copied (or being copied, or deleted) to S3."""
+
+    topic: str
+    topic_id: str
+    partition: int
+    segment_id: str
+    base_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    size_bytes: int
+    leader_epoch: int
+    epoch_entries: tuple[tuple[int, int], ...]
+    state: SegmentState
+    log_key: str
+    indexes_key: str
+    created_at_ms: int
+    updated_at_ms: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.end_offset + 1
+
+    def contains(self, offset: int) -> bool:
+        return self.base_offset <= offset <= self.end_offset
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionHead:
+    """The head item of a partition: how far its COPY_FINISHED segments reach, and who committed last."""
+
+    end_offset: int
+    leader_epoch: int
+
+
+class SegmentItem(Model):
+    partition_key = UnicodeAttribute(hash_key=True)
+    segment_key = UnicodeAttribute(range_key=True)
+    topic = UnicodeAttribute()
+    topic_id = UnicodeAttribute()
+    partition = NumberAttribute()
+    segment_id = UnicodeAttribute()
+    base_offset = NumberAttribute()
+    end_offset = NumberAttribute()
+    max_timestamp_ms = NumberAttribute()
+    size_bytes = NumberAttribute()
+    leader_epoch = NumberAttribute()
+    epoch_entries = ListAttribute(of=NumberAttribute, default=list)
+    state = UnicodeAttribute()
+    log_key = UnicodeAttribute()
+    indexes_key = UnicodeAttribute()
+    created_at_ms = NumberAttribute()
+    updated_at_ms = NumberAttribute()
+    expires_at = TTLAttribute(null=True)
+
+
+class PartitionHeadItem(Model):
+    partition_key = UnicodeAttribute(hash_key=True)
+    segment_key = UnicodeAttribute(range_key=True)
+    end_offset = NumberAttribute()
+    leader_epoch = NumberAttribute()
+
+
+@dataclass(frozen=True)
+class BoundManifestModels:
+    """The manifest models bound to one table prefix, region and endpoint, sharing one connection."""
+
+    segment: type[SegmentItem]
+    head: type[PartitionHeadItem]
+    connection: Connection
+
+
+def _bind(base: type[Model], settings: AwsSettings) -> type:
+    meta = type(
+        "Meta",
+        (),
+        {
+            "table_name": settings.table_prefix + SEGMENTS_TABLE,
+            "region": settings.region,
+            "host": settings.endpoint_url,
+            "billing_mode": "PAY_PER_REQUEST",
+            "connect_timeout_seconds": _CONNECT_TIMEOUT_S,
+            "read_timeout_seconds": _READ_TIMEOUT_S,
+            "max_retry_attempts": _MAX_RETRY_ATTEMPTS,
+        },
+    )
+    return type(base.__name__, (base,), {"Meta": meta, "__module__": base.__module__})
+
+
+def bind_manifest_models(settings: AwsSettings) -> BoundManifestModels:
+    """Subclasses of the manifest models whose Meta points at ``settings``' segments table, one client."""
+    connection = Connection(
+        region=settings.region,
+        host=settings.endpoint_url,
+        connect_timeout_seconds=_CONNECT_TIMEOUT_S,
+        read_timeout_seconds=_READ_TIMEOUT_S,
+        max_retry_attempts=_MAX_RETRY_ATTEMPTS,
+    )
+    models = BoundManifestModels(
+        segment=_bind(SegmentItem, settings),
+        head=_bind(PartitionHeadItem, settings),
+        connection=connection,
+    )
+    for index, model in enumerate((models.segment, models.head)):
+        # As in broker_core.metadata.models: pynamodb builds the TableConnection lazily, so pointing
+        # it at the shared Connection before first use costs nothing.
+        table_connection = model._get_connection()
+        if index == 0:
+            connection.add_meta_table(table_connection.get_meta_table())
+        table_connection.connection = connection
+    return models
+
+
+def partition_key(topic_id: str, partition: int) -> str:
+    return f"{topic_id}:{partition}"
+
+
+def segment_range_key(base_offset: int, segment_id: str) -> str:
+    return f"{SEGMENT_RANGE_KEY_PREFIX}{base_offset:020d}#{segment_id}"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * random.uniform(0.5, 1.0))
+
+
+def _errors_as_unavailable(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except ManifestError:
+            raise
+        except (PynamoDBException, BotoCoreError) as err:
+            raise ManifestUnavailableError(f"{method.__name__}: {err}") from err
+
+    return wrapper
+
+
+def _flatten_epochs(entries: Iterable[tuple[int, int]]) -> list[int]:
+    return [number for entry in entries for number in entry]
+
+
+def _segment_from_item(item: SegmentItem) -> RemoteSegment:
+    flat = [int(n) for n in item.epoch_entries or []]
+    return RemoteSegment(
+        topic=item.topic,
+        topic_id=item.topic_id,
+        partition=int(item.partition),
+        segment_id=item.segment_id,
+        base_offset=int(item.base_offset),
+        end_offset=int(item.end_offset),
+        max_timestamp_ms=int(item.max_timestamp_ms),
+        size_bytes=int(item.size_bytes),
+        leader_epoch=int(item.leader_epoch),
+        epoch_entries=tuple(zip(flat[0::2], flat[1::2], strict=True)),
+        state=SegmentState(item.state),
+        log_key=item.log_key,
+        indexes_key=item.indexes_key,
+        created_at_ms=int(item.created_at_ms),
+        updated_at_ms=int(item.updated_at_ms),
+    )
+
+
+def _condition_failed(err: PynamoDBException) -> bool:
+    return getattr(err, "cause_response_code", None) == "ConditionalCheckFailedException"
+
+
+class ManifestStore:
+    """The segment manifest of a cluster, in the DynamoDB table ``settings.table_prefix + "segments"``."""
+
+    def __init__(self, settings: AwsSettings) -> None:
+        self.settings = settings
+        self.models = bind_manifest_models(settings)
+
+    @property
+    def table_name(self) -> str:
+        return self.models.segment.Meta.table_name
+
+    # -- table -------------------------------------------------------------------------------
+
+    @_errors_as_unavailable
+    def ensure_table(self) -> None:
+        """Create the table if missing (on-demand), wait until ACTIVE and turn on TTL for tombstones.
+
+        Safe to call from several processes at once.
+        """
+        model = self.models.segment
+        if not model.exists():
+            try:
+                model.create_table(wait=False, billing_mode="PAY_PER_REQUEST")
+            except TableError as err:
+                if err.cause_response_code != "ResourceInUseException":
+                    raise
+        deadline = time.monotonic() + _TABLE_ACTIVE_TIMEOUT_S
+        while model.describe_table().get("TableStatus") != "ACTIVE":
+            if time.monotonic() > deadline:
+                raise ManifestUnavailableError(f"table {self.table_name} did not become ACTIVE")
+            time.sleep(0.1)
+        # TTL only reclaims DELETE_FINISHED tombstones; a backend without TTL costs storage, not correctness.
+        model.update_ttl(ignore_update_ttl_errors=True)
+
+    # -- copy --------------------------------------------------------------------------------
+
+    @_errors_as_unavailable
+    def start_copy(
+        self,
+        *,
+        topic: str,
+        topic_id: str,
+        partition: int,
+        segment_id: str,
+        base_offset: int,
+        end_offset: int,
+        max_timestamp_ms: int,
+        size_bytes: int,
+        leader_epoch: int,
+        epoch_entries: Sequence[tuple[int, int]],
+    ) -> RemoteSegment:
+        """Write the COPY_STARTED row of a segment about to be uploaded; return it (with its object keys).
+
+        Raises InvalidSegmentError for impossible values and SegmentStateError if a row with this
+        segment id and base offset already exists.
+        """
+        if base_offset < 0 or end_offset < base_offset:
+            raise InvalidSegmentError(f"offsets [{base_offset}, {end_offset}] do not describe a segment")
+        if size_bytes <= 0 or leader_epoch < 0 or max_timestamp_ms < -1:
+            raise InvalidSegmentError(
+                f"size {size_bytes}, leader epoch {leader_epoch}, max timestamp {max_timestamp_ms} out of range"
+            )
+        entries = tuple((int(epoch), int(start)) for epoch, start in epoch_entries)
+        for previous, entry in zip(entries, entries[1:], strict=False):
+            if entry[0] <= previous[0] or entry[1] <= previous[1]:
+                raise InvalidSegmentError(f"leader-epoch entries {entries} are not increasing")
+        keys = segment_object_keys(topic, topic_id, partition, base_offset, segment_id)
+        now = _now_ms()
+        segment = RemoteSegment(
+            topic=topic,
+            topic_id=topic_id,
+            partition=partition,
+            segment_id=segment_id,
+            base_offset=base_offset,
+            end_offset=end_offset,
+            max_timestamp_ms=max_timestamp_ms,
+            size_bytes=size_bytes,
+            leader_epoch=leader_epoch,
+            epoch_entries=entries,
+            state=SegmentState.COPY_STARTED,
+            log_key=keys.log,
+            indexes_key=keys.indexes,
+            created_at_ms=now,
+            updated_at_ms=now,
+        )
+        item = self.models.segment(
+            partition_key(topic_id, partition),
+            segment_range_key(base_offset, segment_id),
+            topic=topic,
+            topic_id=topic_id,
+            partition=partition,
+            segment_id=segment_id,
+            base_offset=base_offset,
+            end_offset=end_offset,
+            max_timestamp_ms=max_timestamp_ms,
+            size_bytes=size_bytes,
+            leader_epoch=leader_epoch,
+            epoch_entries=_flatten_epochs(entries),
+            state=SegmentState.COPY_STARTED.value,
+            log_key=keys.log,
+            indexes_key=keys.indexes,
+            created_at_ms=now,
+            updated_at_ms=now,
+        )
+        try:
+            item.save(condition=self.models.segment.segment_key.does_not_exist())
+        except PutError as err:
+            if _condition_failed(err):
+                raise SegmentStateError(segment, SegmentState.COPY_STARTED) from err
+            raise
+        return segment
+
+    @_errors_as_unavailable
+    def finish_copy(self, segment: RemoteSegment) -> RemoteSegment:
+        """Commit an uploaded segment: COPY_STARTED -> COPY_FINISHED and advance the partition head.
+
+        Raises SegmentStateError if the row is no longer COPY_STARTED (an orphan cleanup removed it)
+        and SegmentCommitRejectedError if its offsets are already covered or a higher leader epoch
+        has committed; in both cases nothing was written.
+        """
+        models = self.models
+        now = _now_ms()
+        key = partition_key(segment.topic_id, segment.partition)
+        head = models.head(key, HEAD_RANGE_KEY)
+
+        def build(transaction: TransactWrite) -> None:
+            transaction.update(
+                models.segment(key, segment_range_key(segment.base_offset, segment.segment_id)),
+                actions=[
+                    models.segment.state.set(SegmentState.COPY_FINISHED.value),
+                    models.segment.updated_at_ms.set(now),
+                ],
+                condition=models.segment.state == SegmentState.COPY_STARTED.value,
+            )
+            transaction.update(
+                head,
+                actions=[
+                    models.head.end_offset.set(segment.end_offset),
+                    models.head.leader_epoch.set(segment.leader_epoch),
+                ],
+                condition=models.head.partition_key.does_not_exist()
+                | (
+                    (models.head.end_offset < segment.base_offset)
+                    & (models.head.leader_epoch <= segment.leader_epoch)
+                ),
+            )
+
+        codes = self._transact(build)
+        if codes is not None:
+            if codes[0] == _CONDITION_FAILED:
+                raise SegmentStateError(segment, SegmentState.COPY_STARTED)
+            current = self.partition_head(segment.topic_id, segment.partition)
+            raise SegmentCommitRejectedError(
+                segment,
+                None if current is None else current.end_offset,
+                None if current is None else current.leader_epoch,
+            )
+        return _replace_state(segment, SegmentState.COPY_FINISHED, now)
+
+    @_errors_as_unavailable
+    def abort_copy(self, segment: RemoteSegment) -> None:
+        """Remove a COPY_STARTED row whose objects were deleted (or never written).
+
+        Raises SegmentStateError if the row is in another state; a row already gone is not an error.
+        """
+        item = self.models.segment(
+            partition_key(segment.topic_id, segment.partition),
+            segment_range_key(segment.base_offset, segment.segment_id),
+        )
+        try:
+            item.delete(
+                condition=self.models.segment.segment_key.does_not_exist()
+                | (self.models.segment.state == SegmentState.COPY_STARTED.value)
+            )
+        except DeleteError as err:
+            if _condition_failed(err):
+                raise SegmentStateError(segment, SegmentState.COPY_STARTED) from err
+            raise
+
+    # -- delete ------------------------------------------------------------------------------
+
+    @_errors_as_unavailable
+    def start_delete(self, segment: RemoteSegment) -> RemoteSegment:
+        """COPY_FINISHED -> DELETE_STARTED: readers stop seeing the segment before its objects go."""
+        return self._transition(segment, SegmentState.COPY_FINISHED, SegmentState.DELETE_STARTED)
+
+    @_errors_as_unavailable
+    def finish_delete(self, segment: RemoteSegment) -> RemoteSegment:
+        """DELETE_STARTED -> DELETE_FINISHED, after the objects were deleted; the row becomes a tombstone."""
+        return self._transition(segment, SegmentState.DELETE_STARTED, SegmentState.DELETE_FINISHED)
+
+    def _transition(
+        self, segment: RemoteSegment, source: SegmentState, target: SegmentState
+    ) -> RemoteSegment:
+        model = self.models.segment
+        now = _now_ms()
+        item = model(
+            partition_key(segment.topic_id, segment.partition),
+            segment_range_key(segment.base_offset, segment.segment_id),
+        )
+        actions = [model.state.set(target.value), model.updated_at_ms.set(now)]
+        if target is SegmentState.DELETE_FINISHED:
+            actions.append(model.expires_at.set(timedelta(seconds=DELETE_FINISHED_RETENTION_S)))
+        try:
+            item.update(actions=actions, condition=model.state == source.value)
+        except UpdateError as err:
+            if _condition_failed(err):
+                raise SegmentStateError(segment, source) from err
+            raise
+        return _replace_state(segment, target, now)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    @_errors_as_unavailable
+    def list_segments(
+        self,
+        topic_id: str,
+        partition: int,
+        states: SegmentState | Iterable[SegmentState] = SegmentState.COPY_FINISHED,
+    ) -> list[RemoteSegment]:
+        """The partition's segment rows in ``states``, by increasing base offset (one consistent query).
+
+        With the default (COPY_FINISHED) the result is the partition's readable remote log: the
+        segments do not overlap and each starts after the previous one's end offset.
+        """
+        wanted = [states.value] if isinstance(states, SegmentState) else [s.value for s in states]
+        model = self.models.segment
+        items = model.query(
+            partition_key(topic_id, partition),
+            model.segment_key.startswith(SEGMENT_RANGE_KEY_PREFIX),
+            filter_condition=model.state.is_in(*wanted),
+            consistent_read=True,
+        )
+        return [_segment_from_item(item) for item in items]
+
+    @_errors_as_unavailable
+    def partition_head(self, topic_id: str, partition: int) -> PartitionHead | None:
+        """The partition's head item, None before its first committed segment."""
+        try:
+            item = self.models.head.get(
+                partition_key(topic_id, partition), HEAD_RANGE_KEY, consistent_read=True
+            )
+        except self.models.head.DoesNotExist:
+            return None
+        return PartitionHead(end_offset=int(item.end_offset), leader_epoch=int(item.leader_epoch))
+
+    def _transact(self, build: Callable[[TransactWrite], None]) -> list[str | None] | None:
+        for attempt in range(_TRANSACTION_ATTEMPTS):
+            try:
+                with TransactWrite(connection=self.models.connection) as transaction:
+                    build(transaction)
+                return None
+            except TransactWriteError as err:
+                if err.cause_response_code != "TransactionCanceledException":
+                    raise
+                codes = [reason.code if reason is not None else None for reason in err.cancellation_reasons]
+                if _CONDITION_FAILED in codes:
+                    return codes
+                if not _RETRIABLE_CANCELLATIONS.intersection(c for c in codes if c is not None):
+                    raise
+                _backoff(attempt)
+        raise ManifestUnavailableError(
+            f"transaction still conflicting after {_TRANSACTION_ATTEMPTS} attempts"
+        )
+
+
+def _replace_state(segment: RemoteSegment, state: SegmentState, now_ms: int) -> RemoteSegment:
+    fields = {name: getattr(segment, name) for name in RemoteSegment.__slots__}
+    fields.update(state=state, updated_at_ms=now_ms)
+    return RemoteSegment(**fields)
