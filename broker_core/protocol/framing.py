@@ -106,7 +106,7 @@ def decode_request(frame: bytes) -> Request:
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     try:
         header, header_size = entity_reader(header_cls)(frame, 0)
-        body, body_size = entity_reader(cls)(frame, header_size)
+        body, _ = entity_reader(cls)(frame, header_size)
     except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
         raise InvalidRequestError(
             f"cannot decode {cls.__name__} v{api_version}: {exc}",
@@ -114,13 +114,8 @@ def decode_request(frame: bytes) -> Request:
             api_version=api_version,
             correlation_id=correlation_id,
         ) from exc
-    if header_size + body_size != len(frame):
-        raise InvalidRequestError(
-            f"{cls.__name__} v{api_version} has {len(frame) - header_size - body_size} trailing bytes",
-            api_key=api_key,
-            api_version=api_version,
-            correlation_id=correlation_id,
-        )
+    # Bytes after the body are ignored, as Kafka's own request parser does: librdkafka 2.x sends a few
+    # extra bytes after some flexible-version bodies (Metadata v12) and Kafka brokers accept them.
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 

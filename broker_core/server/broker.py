@@ -14,6 +14,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, MetadataError
@@ -27,6 +28,16 @@ from .replica_manager import MetadataImage, ReplicaManager
 from .topic_configs import SOURCE_DEFAULT, SOURCE_STATIC_BROKER, ConfigEntry, effective
 
 log = logging.getLogger(__name__)
+
+
+class BrokerService(Protocol):
+    """A subsystem hosted by the broker: it registers API handlers and runs background work."""
+
+    def register(self, handlers: RequestHandlers) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class Broker:
@@ -47,6 +58,13 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
         self.port = config.port
+        self.services: list[BrokerService] = self._services()
+        for service in self.services:
+            service.register(self.handlers)
+
+    def _services(self) -> list[BrokerService]:
+        """Subsystems that add APIs and background work to the broker (consumer groups, tiering)."""
+        return []
 
     # lifecycle ---------------------------------------------------------------------------------
 
@@ -58,7 +76,12 @@ class Broker:
         )
         log.info("broker %d registered with epoch %d, listening on %s:%d",
                  self.config.broker_id, self.broker_epoch, self.config.host, self.port)
+        # Try for the controller role before serving, so the first Metadata answer names a controller
+        # (librdkafka waits minutes before asking again when it was told there is none).
+        await self._controller_duty()
         await self.refresh_metadata()
+        for service in self.services:
+            await service.start()
         heartbeat_s = self.config.get_int("broker.heartbeat.interval.ms") / 1000
         self._tasks = [
             asyncio.create_task(self._every(heartbeat_s, self._heartbeat), name="heartbeat"),
@@ -80,6 +103,8 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for service in reversed(self.services):
+            await service.stop()
         await self.listener.stop()
         self.replicas.close()
 
@@ -130,6 +155,9 @@ class Broker:
                 self.store, controller_epoch=epoch,
                 session_timeout_ms=self.config.get_int("broker.session.timeout.ms"),
             )
+            # Clients address admin requests to the controller named in Metadata: make every
+            # broker re-read the snapshot (and the lease) now that the holder changed.
+            await asyncio.to_thread(self.store.bump_metadata_version)
         await asyncio.to_thread(self.controller.run_once)
 
     async def _enforce_retention(self) -> None:

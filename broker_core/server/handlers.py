@@ -333,12 +333,12 @@ class RequestHandlers:
                     result["leader_epoch"] = partition.leader_epoch
                 elif p.timestamp == EARLIEST_TIMESTAMP:
                     result["offset"] = partition.log_start_offset
-                    result["leader_epoch"] = partition.log.epoch_for_offset(partition.log_start_offset)
+                    result["leader_epoch"] = _epoch_at(partition, partition.log_start_offset)
                 elif p.timestamp >= 0:
                     found = partition.log.offset_for_timestamp(p.timestamp)
                     if found is not None and found[0] < upper:
                         result["offset"], result["timestamp"] = found
-                        result["leader_epoch"] = partition.log.epoch_for_offset(found[0])
+                        result["leader_epoch"] = _epoch_at(partition, found[0])
                 else:
                     result["error_code"] = ErrorCode.invalid_request
             topics.append({"name": topic_request.name, "partitions": partitions})
@@ -450,6 +450,11 @@ class RequestHandlers:
                 for e in entries
             ]
         return _respond(request, {"throttle_time": ZERO, "results": results})
+
+
+def _epoch_at(partition: Any, offset: int) -> int:
+    epoch = partition.log.leader_epochs.epoch_for_offset(offset)
+    return -1 if epoch is None else epoch
 
 
 _METADATA_ERROR_CODES: dict[type[Exception], ErrorCode] = {

@@ -81,7 +81,6 @@ class Partition:
         if new_term:
             # A new leader knows nothing of its followers' progress until they fetch again.
             self.followers = {r: ReplicaState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
-            self.log.assign_leader_epoch(leader_epoch, self.log.log_end_offset)
         self._maybe_advance_high_watermark()
         self.wake()
 
