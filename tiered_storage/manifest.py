@@ -22,12 +22,14 @@ segments of its predecessor):
 Life of a segment row (KIP-405's states)::
 
     COPY_STARTED --finish_copy--> COPY_FINISHED --start_delete--> DELETE_STARTED --finish_delete--> DELETE_FINISHED
-         |
-         +--abort_copy (objects deleted first)--> row removed
+         |                                                         ^
+         +--abort_copy---------------------------------------------+
 
 ``start_copy`` writes the row before any byte is uploaded, so an object in S3 always has a row that
 names it: a crash between upload and commit leaves a COPY_STARTED row, which the next uploader run
-treats as an orphan (deletes its objects, then ``abort_copy``). ``finish_copy`` is one DynamoDB
+treats as an orphan. Objects are deleted only while their row is DELETE_STARTED (``abort_copy`` for
+an upload that never committed, ``start_delete`` for retention), so no upload can commit a row
+whose objects are going, and a crash during deletion leaves a DELETE_STARTED row to finish later. ``finish_copy`` is one DynamoDB
 transaction over the row (condition: still COPY_STARTED) and the head item (condition: no head yet,
 or head ``end_offset`` < this segment's ``base_offset`` and head ``leader_epoch`` <= the uploader's
 epoch). Hence the invariant readers rely on: **the COPY_FINISHED segments of a partition never
@@ -62,7 +64,6 @@ from pynamodb.attributes import (
 )
 from pynamodb.connection import Connection
 from pynamodb.exceptions import (
-    DeleteError,
     PutError,
     PynamoDBException,
     TableError,
@@ -481,24 +482,15 @@ class ManifestStore:
         return _replace_state(segment, SegmentState.COPY_FINISHED, now)
 
     @_errors_as_unavailable
-    def abort_copy(self, segment: RemoteSegment) -> None:
-        """Remove a COPY_STARTED row whose objects were deleted (or never written).
+    def abort_copy(self, segment: RemoteSegment) -> RemoteSegment:
+        """COPY_STARTED -> DELETE_STARTED: fence an upload that failed or was orphaned by a crash.
 
-        Raises SegmentStateError if the row is in another state; a row already gone is not an error.
+        Call it *before* deleting the segment's objects: once the row has left COPY_STARTED no
+        uploader can commit it, so objects are never deleted under a committed row. The caller then
+        deletes the objects and calls `finish_delete`. Raises SegmentStateError if the row is in
+        another state (for instance because an ambiguous `finish_copy` did commit) or gone.
         """
-        item = self.models.segment(
-            partition_key(segment.topic_id, segment.partition),
-            segment_range_key(segment.base_offset, segment.segment_id),
-        )
-        try:
-            item.delete(
-                condition=self.models.segment.segment_key.does_not_exist()
-                | (self.models.segment.state == SegmentState.COPY_STARTED.value)
-            )
-        except DeleteError as err:
-            if _condition_failed(err):
-                raise SegmentStateError(segment, SegmentState.COPY_STARTED) from err
-            raise
+        return self._transition(segment, SegmentState.COPY_STARTED, SegmentState.DELETE_STARTED)
 
     # -- delete ------------------------------------------------------------------------------
 

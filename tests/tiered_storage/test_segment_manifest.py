@@ -102,13 +102,16 @@ def test_a_lower_leader_epoch_cannot_commit_after_a_higher_one(manifest: Manifes
     assert raised.value.head_leader_epoch == 4
 
 
-def test_an_aborted_copy_cannot_be_finished(manifest: ManifestStore) -> None:
+def test_an_aborted_copy_cannot_be_finished_and_ends_as_a_deleted_row(manifest: ManifestStore) -> None:
     segment = start(manifest, 0, 99)
-    manifest.abort_copy(segment)
-    manifest.abort_copy(segment)
+    aborted = manifest.abort_copy(segment)
+    assert aborted.state is SegmentState.DELETE_STARTED
     with pytest.raises(SegmentStateError):
         manifest.finish_copy(segment)
-    assert manifest.list_segments(TOPIC_ID, 0, list(SegmentState)) == []
+    manifest.finish_delete(aborted)
+    assert [s.state for s in manifest.list_segments(TOPIC_ID, 0, list(SegmentState))] == [
+        SegmentState.DELETE_FINISHED
+    ]
     assert manifest.partition_head(TOPIC_ID, 0) is None
 
 
@@ -116,6 +119,9 @@ def test_a_finished_copy_cannot_be_aborted(manifest: ManifestStore) -> None:
     segment = manifest.finish_copy(start(manifest, 0, 99))
     with pytest.raises(SegmentStateError):
         manifest.abort_copy(segment)
+    assert [s.state for s in manifest.list_segments(TOPIC_ID, 0, list(SegmentState))] == [
+        SegmentState.COPY_FINISHED
+    ]
 
 
 def test_deletion_goes_through_delete_started_and_delete_finished(manifest: ManifestStore) -> None:
