@@ -7,15 +7,29 @@ Commands that talk to a cluster read `stack.json` (default `.floe/local/stack.js
 from __future__ import annotations
 
 import argparse
+import asyncio
+import itertools
 import json
 import logging
 import signal
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, BinaryIO
 
-from broker_core.local_stack import DEFAULT_DIR, LocalStack, StackError
+from rich.console import Console
+from rich.table import Table
+
+from broker_core.client import EARLIEST, LATEST, ClientError, FloeClient
+from broker_core.local_stack import DEFAULT_DIR, LocalStack, StackError, load_stack
+from broker_core.partitioner import partition_for_key
+from broker_core.records import Compression, Record, SimpleRecord
 from broker_core.server.config import ConfigError, parse_overrides
+
+_PRODUCE_BATCH_LINES = 1000
+_CONSUME_POLL_MS = 500
 
 
 def _local_up(args: argparse.Namespace) -> int:
@@ -42,6 +56,203 @@ def _local_up(args: argparse.Namespace) -> int:
     return 0
 
 
+# talking to a cluster ----------------------------------------------------------------------------
+
+
+def _bootstrap_servers(args: argparse.Namespace) -> str:
+    if args.bootstrap_servers:
+        return args.bootstrap_servers
+    return load_stack(args.stack)["bootstrap_servers"]
+
+
+def _client(args: argparse.Namespace) -> FloeClient:
+    return FloeClient(_bootstrap_servers(args), client_id="floe-cli", request_timeout_s=args.request_timeout)
+
+
+def _console() -> Console:
+    # Piped output keeps whole rows (topic ids are long) instead of wrapping at 80 columns.
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _parse_configs(pairs: list[str]) -> dict[str, str]:
+    configs = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--config {pair!r} is not KEY=VALUE")
+        configs[key.strip()] = value.strip()
+    return configs
+
+
+def _topics_create(args: argparse.Namespace) -> int:
+    async def run() -> Any:
+        async with _client(args) as client:
+            return await client.create_topic(args.name, args.partitions, args.replication_factor,
+                                             _parse_configs(args.config))
+
+    info = asyncio.run(run())
+    print(f"created topic {info.name} (id {info.topic_id}) with {info.num_partitions} partitions, "
+          f"replication factor {args.replication_factor}")
+    return 0
+
+
+def _topics_list(args: argparse.Namespace) -> int:
+    async def run() -> Any:
+        async with _client(args) as client:
+            await client.list_topics()
+            return client.topics
+
+    topics = asyncio.run(run())
+    table = Table("topic", "partitions", "replication factor", "topic id")
+    for name in sorted(topics):
+        info = topics[name]
+        replication = max((len(p.replicas) for p in info.partitions), default=0)
+        table.add_row(name, str(info.num_partitions), str(replication), str(info.topic_id or ""))
+    _console().print(table)
+    return 0
+
+
+def _topics_describe(args: argparse.Namespace) -> int:
+    async def run() -> Any:
+        async with _client(args) as client:
+            return await client.describe_topic(args.name), await client.describe_configs(args.name)
+
+    info, configs = asyncio.run(run())
+    console = _console()
+    console.print(f"topic {info.name}  id {info.topic_id}  partitions {info.num_partitions}")
+
+    def ids(nodes: tuple[int, ...]) -> str:
+        return ",".join(str(n) for n in nodes)
+
+    partitions = Table("partition", "leader", "leader epoch", "replicas", "isr", "offline")
+    for p in info.partitions:
+        partitions.add_row(str(p.partition), str(p.leader), str(p.leader_epoch), ids(p.replicas), ids(p.isr),
+                           ids(p.offline_replicas))
+    console.print(partitions)
+    table = Table("config", "value")
+    for name in sorted(configs):
+        table.add_row(name, "null" if configs[name] is None else configs[name])
+    console.print(table)
+    return 0
+
+
+def _topics_delete(args: argparse.Namespace) -> int:
+    async def run() -> None:
+        async with _client(args) as client:
+            await client.delete_topic(args.name)
+
+    asyncio.run(run())
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+def _stdin_lines() -> Iterator[bytes]:
+    stream: BinaryIO | None = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        for text in sys.stdin:
+            yield text.rstrip("\n").encode("utf-8")
+        return
+    for line in stream:
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
+def _produce(args: argparse.Namespace) -> int:
+    separator = args.key_separator.encode("utf-8") if args.key_separator else None
+    compression = Compression[args.compression.upper()]
+    # A person typing wants each line sent at once; piped input is sent in batches.
+    batch_lines = 1 if sys.stdin.isatty() else _PRODUCE_BATCH_LINES
+
+    async def run() -> int:
+        produced = 0
+        async with _client(args) as client:
+            num_partitions = await client.num_partitions(args.topic)
+            if args.partition is not None and not 0 <= args.partition < num_partitions:
+                raise ConfigError(f"--partition {args.partition}: {args.topic} has {num_partitions} partitions")
+            round_robin = itertools.cycle(range(num_partitions))
+            lines = _stdin_lines()
+            while True:
+                chunk = await asyncio.to_thread(lambda: list(itertools.islice(lines, batch_lines)))
+                if not chunk:
+                    return produced
+                by_partition: dict[int, list[SimpleRecord]] = {}
+                for line in chunk:
+                    key, value = None, line
+                    if separator is not None and separator in line:
+                        key, value = line.split(separator, 1)
+                    if args.partition is not None:
+                        partition = args.partition
+                    elif key is not None:
+                        partition = partition_for_key(key, num_partitions)
+                    else:
+                        partition = next(round_robin)
+                    by_partition.setdefault(partition, []).append(SimpleRecord(key=key, value=value))
+                await client.produce_many(args.topic, by_partition, acks=args.acks, compression=compression)
+                produced += len(chunk)
+
+    produced = asyncio.run(run())
+    print(f"produced {produced} records to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def _format_record(topic: str, partition: int, record: Record, output: str, separator: str) -> str:
+    if output == "json":
+        return json.dumps({
+            "topic": topic, "partition": partition, "offset": record.offset, "timestamp": record.timestamp,
+            "key": _text(record.key), "value": _text(record.value),
+            "headers": [[name, _text(value)] for name, value in record.headers],
+        })
+    key = _text(record.key)
+    value = _text(record.value)
+    return f"{'null' if key is None else key}{separator}{'null' if value is None else value}"
+
+
+def _consume(args: argparse.Namespace) -> int:
+    async def run() -> int:
+        printed = 0
+        async with _client(args) as client:
+            num_partitions = await client.num_partitions(args.topic)
+            if args.partition is not None and not 0 <= args.partition < num_partitions:
+                raise ConfigError(f"--partition {args.partition}: {args.topic} has {num_partitions} partitions")
+            partitions = [args.partition] if args.partition is not None else list(range(num_partitions))
+            if args.offset is not None:
+                positions = dict.fromkeys(partitions, args.offset)
+            else:
+                start = EARLIEST if args.from_beginning else LATEST
+                found = await asyncio.gather(*(client.list_offsets(args.topic, p, start) for p in partitions))
+                positions = {p: offset for p, (offset, _) in zip(partitions, found, strict=True)}
+            last_record_at = time.monotonic()
+            while args.max_records is None or printed < args.max_records:
+                wait_ms = _CONSUME_POLL_MS
+                if args.timeout is not None:
+                    idle_left = args.timeout - (time.monotonic() - last_record_at)
+                    if idle_left <= 0:
+                        break
+                    wait_ms = max(1, min(wait_ms, int(idle_left * 1000)))
+                results = await client.fetch_many(args.topic, positions, max_wait_ms=wait_ms)
+                for partition, result in sorted(results.items()):
+                    positions[partition] = result.next_offset
+                    for record in result.records:
+                        if args.max_records is not None and printed >= args.max_records:
+                            break
+                        print(_format_record(args.topic, partition, record, args.format, args.key_separator))
+                        printed += 1
+                    if result.records:
+                        last_record_at = time.monotonic()
+                sys.stdout.flush()
+        return printed
+
+    try:
+        printed = asyncio.run(run())
+    except KeyboardInterrupt:
+        return 0
+    print(f"consumed {printed} records from {args.topic}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="floe", description="Floe: a Kafka-compatible log on object storage")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -53,6 +264,58 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a Kafka broker config for every broker, e.g. log.segment.bytes=1048576")
     up.set_defaults(func=_local_up)
+
+    cluster = argparse.ArgumentParser(add_help=False)
+    where = cluster.add_mutually_exclusive_group()
+    where.add_argument("--stack", type=Path, default=DEFAULT_DIR,
+                       help=f"local stack directory whose stack.json names the brokers (default {DEFAULT_DIR})")
+    where.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]", help="brokers to ask, instead of --stack")
+    cluster.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS")
+
+    topics = commands.add_parser("topics", help="create, list, describe and delete topics").add_subparsers(
+        dest="topics_command", required=True)
+    create = topics.add_parser("create", parents=[cluster], help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=1)
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a topic config, e.g. retention.ms=86400000 (repeatable)")
+    create.set_defaults(func=_topics_create)
+    listing = topics.add_parser("list", parents=[cluster], help="list topics")
+    listing.set_defaults(func=_topics_list)
+    describe = topics.add_parser("describe", parents=[cluster], help="partitions, leaders, ISR and configs")
+    describe.add_argument("name")
+    describe.set_defaults(func=_topics_describe)
+    delete = topics.add_parser("delete", parents=[cluster], help="delete a topic")
+    delete.add_argument("name")
+    delete.set_defaults(func=_topics_delete)
+
+    produce = commands.add_parser("produce", parents=[cluster], help="send stdin lines as records")
+    produce.add_argument("topic")
+    produce.add_argument("--key-separator", metavar="SEP",
+                         help="split each line at the first SEP into key and value (keyed lines go to the "
+                              "key's partition, as Kafka's default partitioner picks it)")
+    produce.add_argument("--partition", type=int, help="send every line to this partition (default: by key, "
+                                                       "else round robin)")
+    produce.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
+    produce.add_argument("--compression", choices=[c.name.lower() for c in Compression], default="none")
+    produce.set_defaults(func=_produce)
+
+    consume = commands.add_parser("consume", parents=[cluster], help="print records of a topic")
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=int, help="only this partition (default: all)")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="start at the earliest offset "
+                                                                      "(default: only new records)")
+    start.add_argument("--offset", type=int, help="start at this offset (in each partition read)")
+    consume.add_argument("--max-records", type=int, help="exit after printing this many records")
+    consume.add_argument("--timeout", type=float, metavar="SECONDS",
+                         help="exit when no record has arrived for this long (default: run until Ctrl-C)")
+    consume.add_argument("--format", choices=("text", "json"), default="text",
+                         help="text: key, separator, value; json: one object per record with offset, "
+                              "timestamp and headers too")
+    consume.add_argument("--key-separator", default="\t", metavar="SEP", help="between key and value in text output")
+    consume.set_defaults(func=_consume)
     return parser
 
 
@@ -65,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StackError) as exc:
         print(f"floe: {exc}", file=sys.stderr)
         return 2
+    except ClientError as exc:
+        print(f"floe: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

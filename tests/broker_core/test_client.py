@@ -18,8 +18,11 @@ from broker_core.client import (
     LATEST,
     PRODUCE,
     BrokerConnection,
+    BrokerConnectionError,
     FloeClient,
     KafkaError,
+    NoBrokersError,
+    RequestTimeoutError,
     TopicInfo,
 )
 from broker_core.local_stack import LocalStack
@@ -363,3 +366,57 @@ def test_fetch_many_reads_every_partition_from_its_own_offset(stack: LocalStack)
         assert {p: result.next_offset for p, result in results.items()} == {0: 4, 1: 4, 2: 4}
 
     with_client(stack, body)
+
+
+def test_a_broker_that_hangs_up_during_negotiation_is_a_connection_error() -> None:
+    async def scenario() -> None:
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(4)
+            writer.close()
+
+        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            connection = BrokerConnection("127.0.0.1", port)
+            with pytest.raises(BrokerConnectionError) as lost:
+                await connection.connect()
+            assert lost.value.request_sent
+            assert not connection.connected
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(scenario())
+
+
+def test_a_broker_that_never_answers_times_out_and_the_connection_is_closed() -> None:
+    async def scenario() -> None:
+        async def stay_silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(stay_silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            connection = BrokerConnection("127.0.0.1", port, request_timeout_s=0.2)
+            with pytest.raises(RequestTimeoutError):
+                await connection.connect()
+            assert not connection.connected
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(scenario())
+
+
+def test_no_reachable_bootstrap_server_is_reported_as_no_brokers() -> None:
+    async def scenario() -> None:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+        with pytest.raises(NoBrokersError):
+            async with FloeClient(f"127.0.0.1:{port}"):
+                pass
+
+    asyncio.run(scenario())
