@@ -559,6 +559,10 @@ class FloeClient:
         self.cluster_id = getattr(response, "cluster_id", None)
         for key in [k for k in self._connections if k[0] not in self.brokers]:
             await self._connections.pop(key).close()
+        if self.brokers and self._bootstrap_connection is not None:
+            # From now on requests go to brokers by id; the bootstrap address may be any of them.
+            bootstrap, self._bootstrap_connection = self._bootstrap_connection, None
+            await bootstrap.close()
         result: dict[str, TopicInfo | KafkaError] = {}
         if topics is None:
             self.topics = {}
