@@ -1,0 +1,75 @@
+"""Exceptions raised by the Spark reader of tiered segments, one per failure mode.
+
+Each carries the structured fields that identify what failed (option name, topic, partition,
+offsets, object key and byte position), so a job's log names the exact thing to look at.
+"""
+
+from __future__ import annotations
+
+
+class FloeReadError(Exception):
+    """Base class of every error of the Spark reader."""
+
+
+class InvalidOptionError(FloeReadError, ValueError):
+    """A data source option is missing, unknown, malformed or contradicts another option."""
+
+    def __init__(self, option: str, reason: str) -> None:
+        super().__init__(f"option {option!r}: {reason}")
+        self.option = option
+        self.reason = reason
+
+
+class UnknownPartitionError(FloeReadError):
+    """An offsets option names a partition the topic does not have."""
+
+    def __init__(self, topic: str, partition: int, num_partitions: int) -> None:
+        super().__init__(f"topic {topic!r} has {num_partitions} partitions; there is no partition {partition}")
+        self.topic = topic
+        self.partition = partition
+        self.num_partitions = num_partitions
+
+
+class OffsetNotTieredError(FloeReadError):
+    """A requested offset lies outside the offsets held in tiered storage for its partition.
+
+    ``earliest`` is the base offset of the first committed remote segment and ``latest`` one past
+    the last offset of the last (both equal when nothing is tiered yet). Offsets below ``earliest``
+    were deleted by retention or never tiered; offsets at or above ``latest`` are not tiered yet.
+    """
+
+    def __init__(self, *, topic: str, partition: int, option: str, offset: int, earliest: int, latest: int) -> None:
+        super().__init__(
+            f"{option} offset {offset} of {topic}-{partition} is outside the tiered offsets "
+            f"[{earliest}, {latest}); the reader only reads committed data that is already in S3"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.option = option
+        self.offset = offset
+        self.earliest = earliest
+        self.latest = latest
+
+
+class CorruptSegmentError(FloeReadError):
+    """The bytes of a tiered segment object fail to decode.
+
+    ``position`` is the byte position in the segment's .log object; ``cause`` is the
+    ``broker_core.records`` error that found the problem (its own position is relative to the
+    buffer it was handed and is not meaningful here).
+    """
+
+    def __init__(self, *, object_key: str, position: int, reason: str) -> None:
+        super().__init__(f"{object_key} at byte {position}: {reason}")
+        self.object_key = object_key
+        self.position = position
+        self.reason = reason
+
+
+class CorruptIndexesError(FloeReadError):
+    """A segment's indexes object does not agree with its .log object or its manifest row."""
+
+    def __init__(self, *, object_key: str, reason: str) -> None:
+        super().__init__(f"{object_key}: {reason}")
+        self.object_key = object_key
+        self.reason = reason
