@@ -1,0 +1,1 @@
+"""Kafka-style replication: followers pull from leaders; leaders keep the ISR honest."""

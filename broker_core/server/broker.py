@@ -18,8 +18,10 @@ from typing import Protocol
 
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, MetadataError
-from broker_core.metadata.state import BrokerState
+from broker_core.metadata.state import BrokerState, ProducerIdBlock
 from broker_core.metadata.store import MetadataStore
+from broker_core.replication.fetcher import ReplicaFetcherManager
+from broker_core.replication.isr import IsrManager
 
 from .config import BROKER_DEFAULTS, BrokerConfig
 from .handlers import RequestHandlers
@@ -28,6 +30,7 @@ from .replica_manager import MetadataImage, ReplicaManager
 from .topic_configs import SOURCE_DEFAULT, SOURCE_STATIC_BROKER, ConfigEntry, effective
 
 log = logging.getLogger(__name__)
+ISR_CHECK_INTERVAL_S = 0.25
 
 
 class BrokerService(Protocol):
@@ -55,6 +58,10 @@ class Broker:
         session_ms = config.get_int("broker.session.timeout.ms")
         self.lease = ControllerLease(self.store, lease_duration_ms=session_ms)
         self.controller: Controller | None = None
+        self.fetchers = ReplicaFetcherManager(self)
+        self._producer_ids: ProducerIdBlock | None = None
+        self._producer_id_lock = asyncio.Lock()
+        self.isr = IsrManager(self)
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
         self.port = config.port
@@ -90,16 +97,16 @@ class Broker:
             asyncio.create_task(self._every(heartbeat_s, self._controller_duty), name="controller"),
             asyncio.create_task(self._every(self.config.get_int("log.retention.check.interval.ms") / 1000,
                                             self._enforce_retention), name="retention"),
+            asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, self.isr.run_once), name="isr"),
         ]
 
     async def stop(self, *, controlled: bool = True) -> None:
         if controlled and self.config.get_bool("controlled.shutdown.enable") and self.broker_epoch >= 0:
             try:
-                await asyncio.to_thread(self.store.set_broker_state, self.config.broker_id, self.broker_epoch,
-                                        BrokerState.SHUTTING_DOWN)
-                await asyncio.to_thread(self.lease.release)
+                await self._controlled_shutdown()
             except MetadataError as exc:
-                log.warning("controlled shutdown could not be recorded: %s", exc)
+                log.warning("controlled shutdown could not be completed: %s", exc)
+        await self.fetchers.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -107,6 +114,30 @@ class Broker:
             await service.stop()
         await self.listener.stop()
         self.replicas.close()
+
+    async def _controlled_shutdown(self) -> None:
+        """Hand leadership to other ISR members before exiting, while still serving requests.
+
+        The broker marks itself SHUTTING_DOWN (it then never rejoins an ISR) and the controller moves
+        its leaderships; if this broker is the controller it does that itself, then gives up the
+        lease. It waits, bounded by the session timeout, until it leads nothing that has another
+        live ISR member.
+        """
+        me, epoch = self.config.broker_id, self.broker_epoch
+        if self.controller is not None and self.lease.controller_epoch is not None:
+            await asyncio.to_thread(self.controller.controlled_shutdown, me, epoch)
+            await asyncio.to_thread(self.lease.release)
+            self.controller = None
+        else:
+            await asyncio.to_thread(self.store.set_broker_state, me, epoch, BrokerState.SHUTTING_DOWN)
+        deadline = asyncio.get_running_loop().time() + self.config.get_int("broker.session.timeout.ms") / 1000
+        while asyncio.get_running_loop().time() < deadline:
+            await self.refresh_metadata()
+            leading = [p for p in self.replicas.partitions.values() if p.is_leader and len(p.isr) > 1]
+            if not leading:
+                break
+            await asyncio.sleep(self.config.get_int("metadata.poll.interval.ms") / 1000)
+        log.info("broker %d finished controlled shutdown", me)
 
     # cluster duties ----------------------------------------------------------------------------
 
@@ -143,6 +174,7 @@ class Broker:
             image = MetadataImage.from_snapshot(snapshot, controller_id=lease.holder if lease else -1)
             self.image = image
             self.replicas.apply(image)
+            await self.fetchers.update()
 
     async def _controller_duty(self) -> None:
         epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id)
@@ -165,6 +197,16 @@ class Broker:
             partition.log.enforce_retention()
 
     # helpers for handlers ----------------------------------------------------------------------
+
+    async def next_producer_id(self) -> int:
+        """A producer id no other broker hands out: from a block this broker allocated in DynamoDB."""
+        async with self._producer_id_lock:
+            if self._producer_ids is None or self._producer_ids.start >= self._producer_ids.end:
+                block = await asyncio.to_thread(self.store.allocate_producer_id_block)
+                self._producer_ids = block
+            producer_id = self._producer_ids.start
+            self._producer_ids = self._producer_ids._replace(start=producer_id + 1)
+            return producer_id
 
     def min_insync_replicas(self, topic_configs: dict[str, str]) -> int:
         return int(effective(topic_configs, self.config, "min.insync.replicas"))

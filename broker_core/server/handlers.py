@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError
+from broker_core.log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
 from broker_core.protocol.framing import FileRecords, Request
@@ -64,6 +65,8 @@ class RequestHandlers:
             18: self.api_versions,
             19: self.create_topics,
             20: self.delete_topics,
+            22: self.init_producer_id,
+            23: self.offset_for_leader_epoch,
             32: self.describe_configs,
         }
 
@@ -184,7 +187,15 @@ class RequestHandlers:
             result["error_code"] = ErrorCode.not_enough_replicas
             return
         try:
-            info = partition.log.append(records, leader_epoch=partition.leader_epoch)
+            info = partition.append_as_leader(records)
+        except OutOfOrderSequenceError as exc:
+            result["error_code"] = ErrorCode.out_of_order_sequence_number
+            result["error_message"] = str(exc)
+            return
+        except InvalidProducerEpochError as exc:
+            result["error_code"] = ErrorCode.invalid_producer_epoch
+            result["error_message"] = str(exc)
+            return
         except RecordTooLargeError as exc:
             result["error_code"] = ErrorCode.message_too_large
             result["error_message"] = str(exc)
@@ -201,7 +212,6 @@ class RequestHandlers:
             result["error_code"] = ErrorCode.corrupt_message
             result["error_message"] = str(exc)
             return
-        partition.after_local_append()
         result["base_offset"] = info.base_offset
         result["log_start_offset"] = partition.log_start_offset
         if info.log_append_time >= 0:
@@ -342,6 +352,55 @@ class RequestHandlers:
                 else:
                     result["error_code"] = ErrorCode.invalid_request
             topics.append({"name": topic_request.name, "partitions": partitions})
+        return _respond(request, {"throttle_time": ZERO, "topics": topics})
+
+    # InitProducerId ----------------------------------------------------------------------------
+
+    async def init_producer_id(self, request: Request) -> Any:
+        """Producer ids for idempotent producers, from blocks allocated in DynamoDB.
+
+        A producer that already has an id (KIP-360) keeps it with the epoch bumped. Transactions
+        are not supported: a transactional id is refused.
+        """
+        body = request.body
+        response = {"throttle_time": ZERO, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
+        if body.transactional_id is not None:
+            response["error_code"] = ErrorCode.invalid_request
+        elif body.producer_id >= 0 and body.producer_epoch >= 0:
+            if body.producer_epoch >= 32766:
+                response["producer_id"], response["producer_epoch"] = await self.broker.next_producer_id(), 0
+            else:
+                response["producer_id"], response["producer_epoch"] = body.producer_id, body.producer_epoch + 1
+        else:
+            try:
+                response["producer_id"], response["producer_epoch"] = await self.broker.next_producer_id(), 0
+            except meta_errors.MetadataError:
+                response["error_code"] = ErrorCode.coordinator_not_available
+        return _respond(request, response)
+
+    # OffsetForLeaderEpoch ----------------------------------------------------------------------
+
+    async def offset_for_leader_epoch(self, request: Request) -> Any:
+        """Where a leader epoch ends in the leader's log: followers (and KIP-320 consumers) truncate by it."""
+        image = self.broker.image
+        topics = []
+        for topic_request in request.body.topics:
+            partitions = []
+            for p in topic_request.partitions:
+                result = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+                partitions.append(result)
+                partition = self.broker.replicas.get(topic_request.topic, p.partition)
+                if topic_request.topic not in image.topics or (topic_request.topic, p.partition) not in image.partitions:
+                    result["error_code"] = ErrorCode.unknown_topic_or_partition
+                elif partition is None or not partition.is_leader:
+                    result["error_code"] = ErrorCode.not_leader_or_follower
+                elif 0 <= p.current_leader_epoch < partition.leader_epoch:
+                    result["error_code"] = ErrorCode.fenced_leader_epoch
+                elif p.current_leader_epoch > partition.leader_epoch:
+                    result["error_code"] = ErrorCode.unknown_leader_epoch
+                else:
+                    result["leader_epoch"], result["end_offset"] = partition.log.end_offset_for_epoch(p.leader_epoch)
+            topics.append({"topic": topic_request.topic, "partitions": partitions})
         return _respond(request, {"throttle_time": ZERO, "topics": topics})
 
     # Admin -------------------------------------------------------------------------------------

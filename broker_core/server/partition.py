@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker_core.log.config import LogConfig
-from broker_core.log.partition_log import PartitionLog
+from broker_core.log.partition_log import AppendInfo, PartitionLog
+from broker_core.log.producer_state import OutOfOrderSequenceError, ProducerState
+from broker_core.records.header import iter_headers
 
 PARTITION_METADATA_FILE = "partition.metadata"
 
@@ -26,6 +28,7 @@ class ReplicaState:
     log_end_offset: int = 0
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
+    leader_end_at_last_fetch: int = 0
 
 
 @dataclass
@@ -41,7 +44,9 @@ class Partition:
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
     high_watermark: int = 0
+    leader_epoch_start_offset: int = 0
     followers: dict[int, ReplicaState] = field(default_factory=dict)
+    producers: ProducerState | None = None
     _waiters: list[asyncio.Future] = field(default_factory=list)
 
     @classmethod
@@ -55,7 +60,9 @@ class Partition:
         if not marker.exists():
             marker.write_text(f"version: 0\ntopic_id: {topic_id}\n")
         log = PartitionLog.open(directory, config, topic=topic, partition=index)
-        partition = cls(topic=topic, index=index, topic_id=topic_id, log=log, broker_id=broker_id)
+        partition = cls(topic=topic, index=index, topic_id=topic_id, log=log, broker_id=broker_id,
+                        producers=ProducerState(directory))
+        partition.producers.load(log)
         return partition
 
     @property
@@ -81,6 +88,7 @@ class Partition:
         if new_term:
             # A new leader knows nothing of its followers' progress until they fetch again.
             self.followers = {r: ReplicaState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
+            self.leader_epoch_start_offset = self.log.log_end_offset
         self._maybe_advance_high_watermark()
         self.wake()
 
@@ -104,11 +112,54 @@ class Partition:
         now = time.monotonic() * 1000
         state = self.followers.setdefault(replica_id, ReplicaState())
         state.log_end_offset = fetch_offset
-        state.last_fetch_ms = now
+        # As Kafka does: reaching the log end as it was at the previous fetch counts as caught up at
+        # that time, so a follower of a partition under steady load is not declared lagging.
         if fetch_offset >= self.log_end_offset:
             state.last_caught_up_ms = now
+        elif fetch_offset >= state.leader_end_at_last_fetch:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.last_fetch_ms = now
+        state.leader_end_at_last_fetch = self.log_end_offset
         if self._maybe_advance_high_watermark():
             self.wake()
+
+    def append_as_leader(self, records: bytes) -> AppendInfo:
+        """Append a produce request's batches, answering an idempotent producer's retry with the
+        offsets its batch got the first time instead of writing it again."""
+        headers = [h for _, h in iter_headers(records)]
+        duplicate = None
+        for header in headers:
+            found = self.producers.find_duplicate(header)
+            if found is not None:
+                if len(headers) > 1:
+                    raise OutOfOrderSequenceError(
+                        "a request mixing a retried batch with new ones", producer_id=header.producer_id,
+                        producer_epoch=header.producer_epoch, sequence=header.base_sequence)
+                duplicate = found
+        if duplicate is not None:
+            return AppendInfo(duplicate.base_offset, duplicate.last_offset, -1, -1, -1, 0, 0)
+        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        base = info.base_offset
+        for header in headers:
+            self.producers.record(header, base)
+            base += header.last_offset_delta + 1
+        self.after_local_append()
+        return info
+
+    def append_as_follower(self, records: bytes) -> AppendInfo:
+        info = self.log.append_as_follower(records)
+        self.producers.record_all(h for _, h in iter_headers(records))
+        return info
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.high_watermark = min(self.high_watermark, offset)
+        self.producers.load(self.log)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.high_watermark = max(self.high_watermark, offset)
+        self.producers.load(self.log)
 
     def after_local_append(self) -> None:
         self._maybe_advance_high_watermark()
@@ -147,6 +198,7 @@ class Partition:
 
     def close(self) -> None:
         self.wake()
+        self.producers.write_snapshot(self.log.log_end_offset)
         self.log.close()
 
 

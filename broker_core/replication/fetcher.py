@@ -1,0 +1,295 @@
+"""Follower side of replication: one fetcher per leader broker pulls every partition followed there.
+
+A fetcher holds one connection to its leader and sends Fetch requests with this broker's replica id
+for all its partitions at once. Before a partition's first fetch under a new leader epoch it asks
+the leader, with OffsetForLeaderEpoch, where this replica's latest epoch ends on the leader, and
+truncates any divergent tail (KIP-101/279). Fetched batches are appended as they are (offsets and
+epochs from the leader), the leader's high watermark is adopted up to the local log end, and the
+leader's log start offset is followed. A partition whose leader answers that it is no longer
+leader (or that our epoch is stale) waits for the next metadata image to say who leads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from broker_core.client import BrokerConnection, ClientError
+from broker_core.log.errors import LogError
+from broker_core.protocol.messages import build_entity, request_class
+from broker_core.records.errors import RecordsError
+
+if TYPE_CHECKING:
+    from broker_core.server.broker import Broker
+    from broker_core.server.partition import Partition
+
+log = logging.getLogger(__name__)
+
+FETCH = 1
+LIST_OFFSETS = 2
+OFFSET_FOR_LEADER_EPOCH = 23
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+_RETRY_BACKOFF_S = 0.2
+_STALL_S = 1.0
+
+
+@dataclass
+class FollowedPartition:
+    partition: Partition
+    leader_epoch: int
+    needs_truncation: bool = True
+    stalled_until: float = 0.0
+
+    def stall(self) -> None:
+        """Skip this partition for a while: its leader refused it; new metadata or time may fix that."""
+        self.stalled_until = asyncio.get_running_loop().time() + _STALL_S
+
+
+class ReplicaFetcher:
+    def __init__(self, broker: Broker, leader_id: int) -> None:
+        self.broker = broker
+        self.leader_id = leader_id
+        self.partitions: dict[tuple[str, int], FollowedPartition] = {}
+        self._connection: BrokerConnection | None = None
+        self._task: asyncio.Task | None = None
+        self._wakeup = asyncio.Event()
+
+    def follow(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        current = self.partitions.get(key)
+        if current is None or current.leader_epoch != partition.leader_epoch or current.partition is not partition:
+            self.partitions[key] = FollowedPartition(partition, partition.leader_epoch)
+        else:
+            current.stalled_until = 0.0
+        self._wakeup.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
+
+    def unfollow(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._close_connection()
+
+    async def _close_connection(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+            self._connection = None
+
+    async def _connect(self) -> BrokerConnection | None:
+        if self._connection is not None and self._connection.connected:
+            return self._connection
+        await self._close_connection()
+        leader = self.broker.image.brokers.get(self.leader_id)
+        if leader is None:
+            return None
+        connection = BrokerConnection(leader.host, leader.port, client_id=f"floe-replica-{self.broker.config.broker_id}",
+                                      request_timeout_s=self.broker.config.get_int("request.timeout.ms") / 1000,
+                                      node_id=self.leader_id)
+        await connection.connect()
+        self._connection = connection
+        return connection
+
+    async def _run(self) -> None:
+        while self.partitions:
+            now = asyncio.get_running_loop().time()
+            active = [f for f in self.partitions.values() if f.stalled_until <= now]
+            if not active:
+                self._wakeup.clear()
+                wake_at = min(f.stalled_until for f in self.partitions.values())
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), max(0.0, wake_at - now))
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                connection = await self._connect()
+                if connection is None:
+                    await asyncio.sleep(_RETRY_BACKOFF_S)
+                    continue
+                truncating = [f for f in active if f.needs_truncation]
+                if truncating:
+                    await self._truncate(connection, truncating)
+                    continue
+                await self._fetch(connection, active)
+            except asyncio.CancelledError:
+                raise
+            except (ClientError, OSError) as exc:
+                log.info("fetcher for leader %d: %s; retrying", self.leader_id, exc)
+                await self._close_connection()
+                await asyncio.sleep(_RETRY_BACKOFF_S)
+            except Exception:
+                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                await self._close_connection()
+                await asyncio.sleep(_RETRY_BACKOFF_S)
+
+    # truncation --------------------------------------------------------------------------------
+
+    async def _truncate(self, connection: BrokerConnection, followed: list[FollowedPartition]) -> None:
+        """Cut each replica's log where it diverges from the leader's, then let it fetch."""
+        asks = []
+        for f in followed:
+            latest = f.partition.log.leader_epochs.latest_epoch
+            if latest is None:
+                f.needs_truncation = False  # nothing of ours can diverge: the log holds no batches
+                continue
+            asks.append((f, latest))
+        if not asks:
+            return
+        by_topic: dict[str, list[dict]] = {}
+        for f, latest in asks:
+            by_topic.setdefault(f.partition.topic, []).append(
+                {"partition": f.partition.index, "current_leader_epoch": f.leader_epoch, "leader_epoch": latest})
+        request = build_entity(
+            request_class(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION),
+            {"replica_id": self.broker.config.broker_id,
+             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]},
+        )
+        response = await connection.send(OFFSET_FOR_LEADER_EPOCH, request)
+        answers = {(t.topic, p.partition): p for t in response.topics for p in t.partitions}
+        for f, latest in asks:
+            answer = answers.get((f.partition.topic, f.partition.index))
+            if answer is None or answer.error_code != ErrorCode.none:
+                f.stall()
+                continue
+            log_ = f.partition.log
+            if answer.end_offset < 0:
+                target = f.partition.high_watermark
+            elif answer.leader_epoch == latest:
+                target = answer.end_offset
+            else:
+                _, our_end = log_.end_offset_for_epoch(answer.leader_epoch)
+                target = min(answer.end_offset, our_end)
+            target = min(target, log_.log_end_offset)
+            if target < log_.log_end_offset:
+                log.info("truncating %s-%d from %d to %d (leader %d epoch %d)", f.partition.topic, f.partition.index,
+                         log_.log_end_offset, target, self.leader_id, f.leader_epoch)
+                f.partition.truncate_to(target)
+            f.needs_truncation = False
+
+    # fetching ----------------------------------------------------------------------------------
+
+    async def _fetch(self, connection: BrokerConnection, followed: list[FollowedPartition]) -> None:
+        config = self.broker.config
+        by_topic: dict[str, list[dict]] = {}
+        for f in followed:
+            by_topic.setdefault(f.partition.topic, []).append({
+                "partition": f.partition.index,
+                "current_leader_epoch": f.leader_epoch,
+                "fetch_offset": f.partition.log_end_offset,
+                "last_fetched_epoch": -1,
+                "log_start_offset": f.partition.log_start_offset,
+                "partition_max_bytes": config.get_int("replica.fetch.max.bytes"),
+            })
+        response = await connection.send(FETCH, {
+            "replica_id": config.broker_id,
+            "max_wait": _ms(config.get_int("replica.fetch.wait.max.ms")),
+            "min_bytes": 1,
+            "max_bytes": config.get_int("replica.fetch.response.max.bytes"),
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "topic_id": None, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }, timeout_s=config.get_int("request.timeout.ms") / 1000 + config.get_int("replica.fetch.wait.max.ms") / 1000)
+        for topic in response.responses:
+            for answer in topic.partitions:
+                f = self.partitions.get((topic.topic, answer.partition_index))
+                if f is None:
+                    continue
+                await self._apply(connection, f, answer)
+
+    async def _apply(self, connection: BrokerConnection, f: FollowedPartition, answer: object) -> None:
+        partition = f.partition
+        code = answer.error_code
+        if code == ErrorCode.offset_out_of_range:
+            await self._reset_out_of_range(connection, f)
+            return
+        if code != ErrorCode.none:
+            # Not (or no longer) the leader at our epoch: wait for the metadata to say who leads.
+            log.info("%s-%d: leader %d answered %s; waiting for new metadata", partition.topic, partition.index,
+                     self.leader_id, code.name)
+            f.stall()
+            return
+        if answer.records:
+            try:
+                partition.append_as_follower(answer.records)
+            except (LogError, RecordsError) as exc:
+                log.warning("%s-%d: cannot append replicated batches: %s; re-checking divergence",
+                            partition.topic, partition.index, exc)
+                f.needs_truncation = True
+                return
+        if answer.log_start_offset > partition.log_start_offset:
+            partition.log.delete_records_before(min(answer.log_start_offset, partition.log_end_offset))
+        partition.set_high_watermark_from_leader(answer.high_watermark)
+
+    async def _reset_out_of_range(self, connection: BrokerConnection, f: FollowedPartition) -> None:
+        """Our fetch offset is outside the leader's log: cut back to its end or jump to its start."""
+        partition = f.partition
+        latest = await self._leader_offset(connection, f, LATEST_TIMESTAMP)
+        if latest is None:
+            f.stall()
+            return
+        if partition.log_end_offset > latest:
+            partition.truncate_to(latest)
+            return
+        earliest = await self._leader_offset(connection, f, EARLIEST_TIMESTAMP)
+        if earliest is not None and partition.log_end_offset < earliest:
+            partition.truncate_fully_and_start_at(earliest)
+
+    async def _leader_offset(self, connection: BrokerConnection, f: FollowedPartition, timestamp: int) -> int | None:
+        response = await connection.send(LIST_OFFSETS, {
+            "replica_id": self.broker.config.broker_id, "isolation_level": 0,
+            "topics": [{"name": f.partition.topic, "partitions": [
+                {"partition_index": f.partition.index, "current_leader_epoch": f.leader_epoch, "timestamp": timestamp}]}],
+        })
+        answer = response.topics[0].partitions[0]
+        return answer.offset if answer.error_code == ErrorCode.none else None
+
+
+class ReplicaFetcherManager:
+    """Keeps one fetcher per leader broker, each following exactly the partitions led there."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+
+    async def update(self) -> None:
+        wanted: dict[int, list[Partition]] = {}
+        for partition in self.broker.replicas.partitions.values():
+            if not partition.is_leader and partition.leader_id >= 0:
+                wanted.setdefault(partition.leader_id, []).append(partition)
+        for leader_id, fetcher in list(self.fetchers.items()):
+            keep = {(p.topic, p.index) for p in wanted.get(leader_id, [])}
+            for key in list(fetcher.partitions):
+                if key not in keep:
+                    fetcher.unfollow(key)
+            if not fetcher.partitions:
+                await fetcher.stop()
+                del self.fetchers[leader_id]
+        for leader_id, partitions in wanted.items():
+            fetcher = self.fetchers.get(leader_id)
+            if fetcher is None:
+                fetcher = self.fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id)
+            for partition in partitions:
+                fetcher.follow(partition)
+
+    async def stop(self) -> None:
+        for fetcher in self.fetchers.values():
+            await fetcher.stop()
+        self.fetchers.clear()
+
+
+def _ms(value: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=value)

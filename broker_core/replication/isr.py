@@ -1,0 +1,81 @@
+"""Leader side of replication: keeping the in-sync replica set honest (Kafka's AlterPartition).
+
+Every `interval` the leader of each partition looks at its followers. A follower in the ISR that
+has not caught up to the log end for `replica.lag.time.max.ms` is dropped; a follower outside the
+ISR that has reached the high watermark and whose broker is RUNNING (never a fenced or
+shutting-down one) is added. Each change is one DynamoDB update conditional on the partition epoch
+the leader knows: if the controller or anyone else changed the partition first, the write fails and
+the leader re-reads the metadata instead of overwriting it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from broker_core.metadata.errors import MetadataError, StaleEpochError
+from broker_core.metadata.state import BrokerState
+
+if TYPE_CHECKING:
+    from broker_core.server.broker import Broker
+    from broker_core.server.partition import Partition
+
+log = logging.getLogger(__name__)
+
+
+def proposed_isr(partition: Partition, live_brokers: set[int], lag_max_ms: float, now_ms: float) -> tuple[int, ...]:
+    """The ISR the leader should ask for now (the current one when nothing should change)."""
+    me = partition.broker_id
+    isr = []
+    for replica in partition.replicas:
+        if replica == me:
+            isr.append(replica)
+            continue
+        state = partition.followers.get(replica)
+        if replica in partition.isr:
+            lagging = state is None or now_ms - state.last_caught_up_ms > lag_max_ms
+            if not lagging and replica in live_brokers:
+                isr.append(replica)
+        elif (state is not None and replica in live_brokers
+              and state.log_end_offset >= max(partition.high_watermark, partition.leader_epoch_start_offset)):
+            isr.append(replica)
+    return tuple(isr)
+
+
+class IsrManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def run_once(self) -> None:
+        image = self.broker.image
+        live = {b.broker_id for b in image.brokers.values() if b.state is BrokerState.RUNNING}
+        lag_max = self.broker.config.get_int("replica.lag.time.max.ms")
+        now = time.monotonic() * 1000
+        for partition in list(self.broker.replicas.partitions.values()):
+            if not partition.is_leader:
+                continue
+            new_isr = proposed_isr(partition, live, lag_max, now)
+            if set(new_isr) == set(partition.isr):
+                continue
+            await self._alter(partition, new_isr)
+
+    async def _alter(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        state = self.broker.image.partitions.get((partition.topic, partition.index))
+        if state is None or state.leader_epoch != partition.leader_epoch:
+            return
+        proposed = replace(state, isr=new_isr)
+        try:
+            written = await asyncio.to_thread(self.broker.store.update_partition, proposed, partition.partition_epoch)
+        except StaleEpochError:
+            log.info("%s-%d: ISR change to %s lost a race; re-reading metadata", partition.topic, partition.index, new_isr)
+            await self.broker.refresh_metadata()
+            return
+        except MetadataError as exc:
+            log.warning("%s-%d: ISR change to %s failed: %s", partition.topic, partition.index, new_isr, exc)
+            return
+        log.info("%s-%d: ISR %s -> %s (partition epoch %d)", partition.topic, partition.index, partition.isr,
+                 written.isr, written.partition_epoch)
+        partition.update_isr(tuple(written.isr), written.partition_epoch)
