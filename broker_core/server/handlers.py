@@ -30,10 +30,13 @@ from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
 )
+from tiered_storage.remote_reader import RemoteStorageError
 
 from .topic_configs import TopicConfigError, describe_topic_configs, validate_topic_configs
 
 if TYPE_CHECKING:
+    from tiered_storage.remote_reader import RemoteLogReader
+
     from .broker import Broker
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,8 @@ def _respond(request: Request, data: dict[str, Any]) -> Any:
 class RequestHandlers:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        # Set by the tiering service when the broker hosts one (tiered_storage.service).
+        self.remote_reader: RemoteLogReader | None = None
         self.table: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,
@@ -250,7 +255,7 @@ class RequestHandlers:
         replica_id = getattr(body, "replica_id", -1)
         deadline = time.monotonic() + body.max_wait.total_seconds()
         while True:
-            topics, total, partitions, had_error = self._read_fetch(body, replica_id)
+            topics, total, partitions, had_error = await self._read_fetch(body, replica_id)
             remaining = deadline - time.monotonic()
             if total >= body.min_bytes or had_error or remaining <= 0 or not partitions:
                 break
@@ -262,7 +267,7 @@ class RequestHandlers:
             "throttle_time": ZERO, "error_code": ErrorCode.none, "session_id": 0, "responses": topics,
         })
 
-    def _read_fetch(self, body: Any, replica_id: int) -> tuple[list, int, list, bool]:
+    async def _read_fetch(self, body: Any, replica_id: int) -> tuple[list, int, list, bool]:
         image = self.broker.image
         remaining = body.max_bytes
         total = 0
@@ -299,6 +304,29 @@ class RequestHandlers:
                 response["log_start_offset"] = partition.log_start_offset
                 watched.append(partition)
                 limit = min(p.partition_max_bytes, remaining)
+                # Tiered storage: consumers reading a tiered topic below the local log start get the
+                # same batches from S3 (tiered_storage.remote_reader); followers always read locally.
+                remote = self.remote_reader if replica_id < 0 else None
+                if remote is not None and remote.is_tiered(name):
+                    try:
+                        response["log_start_offset"] = await remote.log_start_offset(partition)
+                        if p.fetch_offset < partition.log_start_offset:
+                            if limit > 0 or total == 0:
+                                data = await remote.read(partition, p.fetch_offset, max(limit, 0),
+                                                         min_one_batch=total == 0)
+                                response["records"] = data
+                                total += len(data)
+                                remaining -= len(data)
+                            continue
+                    except OffsetOutOfRangeError:
+                        response["error_code"] = ErrorCode.offset_out_of_range
+                        had_error = True
+                        continue
+                    except RemoteStorageError as exc:
+                        log.warning("remote read of %s-%d failed: %s", name, p.partition, exc)
+                        response["error_code"] = ErrorCode.kafka_storage_error
+                        had_error = True
+                        continue
                 if limit <= 0 and total > 0:
                     continue
                 try:
@@ -344,7 +372,30 @@ class RequestHandlers:
                 elif p.timestamp == EARLIEST_TIMESTAMP:
                     result["offset"] = partition.log_start_offset
                     result["leader_epoch"] = _epoch_at(partition, partition.log_start_offset)
+                    # Tiered storage: a consumer's earliest offset may be in S3 (followers keep the local start).
+                    remote = self.remote_reader if body.replica_id < 0 else None
+                    if remote is not None and remote.is_tiered(topic_request.name):
+                        try:
+                            earliest = await remote.log_start_offset(partition)
+                        except RemoteStorageError:
+                            result["error_code"] = ErrorCode.kafka_storage_error
+                            continue
+                        if earliest < partition.log_start_offset:
+                            result["offset"] = earliest
+                            result["leader_epoch"] = await remote.leader_epoch_at(partition, earliest)
                 elif p.timestamp >= 0:
+                    found = None
+                    remote = self.remote_reader if body.replica_id < 0 else None
+                    if remote is not None and remote.is_tiered(topic_request.name):
+                        try:
+                            found = await remote.offset_for_timestamp(partition, p.timestamp)
+                        except RemoteStorageError:
+                            result["error_code"] = ErrorCode.kafka_storage_error
+                            continue
+                    if found is not None:
+                        result["offset"], result["timestamp"] = found
+                        result["leader_epoch"] = await remote.leader_epoch_at(partition, found[0])
+                        continue
                     found = partition.log.offset_for_timestamp(p.timestamp)
                     if found is not None and found[0] < upper:
                         result["offset"], result["timestamp"] = found

@@ -45,6 +45,7 @@ class Partition:
     isr: tuple[int, ...] = ()
     high_watermark: int = 0
     leader_epoch_start_offset: int = 0
+    min_insync_replicas: int = 1
     followers: dict[int, ReplicaState] = field(default_factory=dict)
     producers: ProducerState | None = None
     _waiters: list[asyncio.Future] = field(default_factory=list)
@@ -167,6 +168,10 @@ class Partition:
 
     def _maybe_advance_high_watermark(self) -> bool:
         if not self.is_leader:
+            return False
+        # KIP-966: with fewer in-sync replicas than min.insync.replicas the HW stays put, so records
+        # that no acks=all producer could have been told are safe never become visible as committed.
+        if len(self.isr) < self.min_insync_replicas:
             return False
         candidates = [self.log_end_offset]
         for replica in self.isr:

@@ -19,6 +19,7 @@ from broker_core.metadata.state import BrokerState
 
 from .config import BrokerConfig
 from .partition import Partition
+from .topic_configs import effective
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class ReplicaManager:
                 )
                 self.partitions[key] = partition
             replicas, isr = tuple(state.replicas), tuple(state.isr)
+            partition.min_insync_replicas = int(effective(topic.configs, self.config, "min.insync.replicas"))
             if state.leader == me:
                 partition.become_leader(state.leader_epoch, state.partition_epoch, replicas, isr)
             elif (partition.leader_id, partition.leader_epoch) != (state.leader, state.leader_epoch) or partition.is_leader:
