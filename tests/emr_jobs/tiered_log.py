@@ -73,12 +73,16 @@ def record_batches(
 
 
 def write_log(directory: Path, batches: Iterable[bytes], *, segment_bytes: int, index_interval_bytes: int = 512) -> PartitionLog:
-    """A partition log holding ``batches`` (offsets assigned from 0), its last segment sealed by a roll."""
+    """A partition log holding ``batches`` (offsets assigned from 0), its last segment sealed by a roll.
+
+    The log's clock is set just after the records' timestamps, so only size rolls segments.
+    """
     config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes)
     log = PartitionLog.open(directory, config, topic="t", partition=0)
+    now_ms = BASE_TIMESTAMP_MS + 3_600_000
     for batch in batches:
-        log.append(batch, leader_epoch=0)
-    log.roll()
+        log.append(batch, leader_epoch=0, now_ms=now_ms)
+    log.roll(now_ms)
     return log
 
 

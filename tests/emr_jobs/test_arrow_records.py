@@ -1,0 +1,234 @@
+"""The vectorized decoder gives exactly the records the reference codec gives, as Arrow, and names bad bytes."""
+
+from __future__ import annotations
+
+import struct
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from broker_core.records import (
+    Compression,
+    ControlRecordType,
+    SimpleRecord,
+    TimestampType,
+    build_batch,
+    build_control_batch,
+    iter_batches,
+)
+from broker_core.records.header import CRC_OFFSET, compute_crc
+from emr_jobs.arrow_records import RecordRange, arrow_schema, iter_arrow_batches
+from emr_jobs.errors import CorruptSegmentError
+from emr_jobs.schema import kafka_schema
+from tests.emr_jobs.tiered_log import record_batches
+
+EVERYTHING = 2**62
+
+
+def decode(chunks, start=0, end=EVERYTHING, include_headers=True, stream_position=0):
+    records = RecordRange("events", 3, start, end, include_headers)
+    batches = list(iter_arrow_batches(chunks, records, object_key="seg.log", stream_position=stream_position))
+    return pa.Table.from_batches(batches, schema=arrow_schema(include_headers))
+
+
+def rows_of(table: pa.Table) -> list[tuple]:
+    rows = []
+    micros = table.column("timestamp").cast(pa.int64()).to_pylist()
+    for row, timestamp in zip(table.to_pylist(), micros, strict=True):
+        millis = timestamp // 1000
+        headers = row.get("headers")
+        rows.append(
+            (
+                row["offset"],
+                row["key"],
+                row["value"],
+                millis,
+                row["timestampType"],
+                None if headers is None else tuple((h["key"], h["value"]) for h in headers),
+            )
+        )
+    return rows
+
+
+def reference_rows(data: bytes, start=0, end=EVERYTHING) -> list[tuple]:
+    rows = []
+    for batch in iter_batches(data):
+        if batch.header.is_control:
+            continue
+        for record in batch.records:
+            if start <= record.offset < end:
+                rows.append(
+                    (
+                        record.offset,
+                        record.key,
+                        record.value,
+                        record.timestamp,
+                        int(batch.header.timestamp_type),
+                        record.headers or None,
+                    )
+                )
+    return rows
+
+
+def with_offsets(batches: list[bytes]) -> bytes:
+    """Batches back to back with contiguous base offsets, as in a segment."""
+    out = bytearray()
+    next_offset = 0
+    for batch in batches:
+        buf = bytearray(batch)
+        struct.pack_into(">q", buf, 0, next_offset)
+        last_offset_delta = struct.unpack_from(">i", buf, 23)[0]
+        next_offset += last_offset_delta + 1
+        out += buf
+    return bytes(out)
+
+
+SEGMENT = with_offsets(record_batches(30, 25))
+
+
+@pytest.mark.parametrize("include_headers", [True, False])
+def test_every_codec_decodes_to_the_rows_of_the_reference_codec(include_headers: bool) -> None:
+    table = decode([SEGMENT], include_headers=include_headers)
+    expected = reference_rows(SEGMENT)
+    if not include_headers:
+        expected = [row[:5] + (None,) for row in expected]
+    assert rows_of(table) == expected
+    assert set(table.column("topic").to_pylist()) == {"events"}
+    assert set(table.column("partition").to_pylist()) == {3}
+
+
+def test_rows_outside_the_offset_range_are_left_out_even_inside_a_batch() -> None:
+    assert rows_of(decode([SEGMENT], start=37, end=611)) == reference_rows(SEGMENT, 37, 611)
+
+
+def test_a_log_append_time_batch_gives_every_record_its_max_timestamp() -> None:
+    batch = build_batch(
+        [SimpleRecord(value=b"a", timestamp=5), SimpleRecord(value=b"b", timestamp=9)],
+        timestamp_type=TimestampType.LOG_APPEND_TIME,
+        log_append_time=1_234,
+    )
+    table = decode([batch])
+    assert table.column("timestampType").to_pylist() == [1, 1]
+    assert table.column("timestamp").cast(pa.int64()).to_pylist() == [1_234_000, 1_234_000]
+
+
+def test_control_batches_are_skipped_like_a_consumer_does() -> None:
+    data = with_offsets(
+        [
+            build_batch([SimpleRecord(value=b"in-txn")], producer_id=7, producer_epoch=0, is_transactional=True),
+            build_control_batch(ControlRecordType.COMMIT, producer_id=7, producer_epoch=0, coordinator_epoch=0),
+            build_batch([SimpleRecord(value=b"after")]),
+        ]
+    )
+    table = decode([data])
+    assert table.column("offset").to_pylist() == [0, 2]
+    assert table.column("value").to_pylist() == [b"in-txn", b"after"]
+
+
+def test_null_and_empty_keys_values_and_header_values_stay_apart() -> None:
+    batch = build_batch(
+        [
+            SimpleRecord(key=None, value=b"", headers=[("a", None), ("b", b"")]),
+            SimpleRecord(key=b"", value=None),
+        ]
+    )
+    rows = decode([batch]).to_pylist()
+    assert (rows[0]["key"], rows[0]["value"], rows[0]["headers"]) == (
+        None,
+        b"",
+        [{"key": "a", "value": None}, {"key": "b", "value": b""}],
+    )
+    assert (rows[1]["key"], rows[1]["value"], rows[1]["headers"]) == (b"", None, None)
+
+
+def test_offset_gaps_inside_a_batch_are_kept_as_a_compacted_topic_has_them() -> None:
+    batch = build_batch([SimpleRecord(value=b"a", offset_delta=0), SimpleRecord(value=b"b", offset_delta=5)], base_offset=10)
+    assert decode([batch]).column("offset").to_pylist() == [10, 15]
+
+
+@pytest.mark.parametrize("include_headers", [True, False])
+def test_the_arrow_schema_is_the_one_spark_converts_the_kafka_schema_to(include_headers: bool) -> None:
+    assert arrow_schema(include_headers) == to_arrow_schema(kafka_schema(include_headers))
+
+
+@settings(max_examples=40, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=len(SEGMENT)), max_size=12))
+def test_chunks_may_cut_the_stream_anywhere(cuts: list[int]) -> None:
+    edges = [0, *sorted(cuts), len(SEGMENT)]
+    chunks = [SEGMENT[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    assert rows_of(decode(chunks, start=100, end=500)) == reference_rows(SEGMENT, 100, 500)
+
+
+header_values = st.one_of(st.none(), st.binary(max_size=20))
+records_strategy = st.lists(
+    st.builds(
+        SimpleRecord,
+        key=st.one_of(st.none(), st.binary(max_size=300)),
+        value=st.one_of(st.none(), st.binary(max_size=300)),
+        headers=st.lists(st.tuples(st.text(max_size=8), header_values), max_size=3),
+        timestamp=st.integers(min_value=0, max_value=2**41),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.tuples(records_strategy, st.sampled_from(list(Compression))), min_size=1, max_size=4))
+def test_any_records_in_any_codec_decode_as_the_reference_codec_decodes_them(batches) -> None:
+    data = with_offsets([build_batch(records, compression=codec) for records, codec in batches])
+    assert rows_of(decode([data])) == reference_rows(data)
+
+
+def corrupt_second_batch_crc() -> tuple[bytes, int]:
+    first, second = build_batch([SimpleRecord(value=b"a")]), build_batch([SimpleRecord(value=b"b")])
+    data = bytearray(with_offsets([first, second]))
+    data[-1] ^= 0xFF
+    return bytes(data), len(first)
+
+
+def test_a_bad_crc_is_reported_at_its_byte_in_the_segment() -> None:
+    data, second_at = corrupt_second_batch_crc()
+    with pytest.raises(CorruptSegmentError) as raised:
+        decode([data[:30], data[30:]], stream_position=4096)
+    assert raised.value.position == 4096 + second_at
+    assert raised.value.object_key == "seg.log"
+    assert "CRC" in raised.value.reason
+
+
+def test_a_stream_ending_inside_a_batch_is_an_error() -> None:
+    with pytest.raises(CorruptSegmentError, match="truncated"):
+        decode([SEGMENT[:-5]])
+
+
+def test_batches_at_or_after_the_end_offset_are_never_checked() -> None:
+    data, second_at = corrupt_second_batch_crc()
+    assert decode([data], end=1).column("value").to_pylist() == [b"a"]
+
+
+def recrc(batch: bytearray) -> bytes:
+    struct.pack_into(">I", batch, CRC_OFFSET, compute_crc(batch, 0, len(batch)))
+    return bytes(batch)
+
+
+def test_a_record_whose_key_overruns_the_record_is_reported_with_its_index() -> None:
+    good = build_batch([SimpleRecord(key=b"k", value=b"v")])
+    batch = bytearray(build_batch([SimpleRecord(key=b"k", value=b"v"), SimpleRecord(key=b"k", value=b"v")]))
+    # Record 1 starts after the 61-byte header and the 9 bytes of record 0; its key length is its 5th byte.
+    key_length_at = 61 + 9 + 4
+    assert batch[key_length_at] == 2  # zigzag(1)
+    batch[key_length_at] = 8  # zigzag(4): runs past the record's end
+    with pytest.raises(CorruptSegmentError, match="record 1") as raised:
+        decode([with_offsets([good, recrc(batch)])])
+    assert raised.value.position == len(good) + 61 + 9
+
+
+def test_a_header_key_that_is_not_utf8_is_an_error() -> None:
+    batch = bytearray(build_batch([SimpleRecord(value=b"v", headers=[("ab", b"x")])]))
+    key_at = bytes(batch).index(b"ab")
+    batch[key_at] = 0xFF
+    with pytest.raises(CorruptSegmentError, match="record 0"):
+        decode([recrc(batch)])
