@@ -71,7 +71,9 @@ class Broker:
 
     def _services(self) -> list[BrokerService]:
         """Subsystems that add APIs and background work to the broker (consumer groups, tiering)."""
-        return []
+        from broker_core.groups.coordinator import GroupCoordinator
+
+        return [GroupCoordinator(self)]
 
     # lifecycle ---------------------------------------------------------------------------------
 

@@ -38,6 +38,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
     "group.max.session.timeout.ms": "1800000",
+    "group.max.size": "2147483647",
+    "offsets.retention.check.interval.ms": "600000",
+    "offset.metadata.max.bytes": "4096",
 }
 
 

@@ -1,0 +1,155 @@
+"""pynamodb models of consumer groups: two DynamoDB tables, named table prefix + base name.
+
+``<prefix>groups`` (hash key ``group_id``, string): one item per group holding both its coordinator
+lease and its metadata, so that one conditional write can check the lease and change the metadata.
+
+- Lease, in the style of dynamodb-lock-client: ``holder`` (broker id, -1 once released),
+  ``coordinator_epoch`` (bumped by every acquisition; the coordinator's fencing token),
+  ``heartbeat`` (counter bumped by the holder), ``lease_duration_ms``.
+- Metadata: ``generation``, ``state`` (Kafka's group state name), ``protocol_type``,
+  ``protocol`` (the selected protocol name), ``leader`` (member id), ``members`` (a list of maps,
+  one per member: ids, client id and host, timeouts, the metadata of every protocol it offered
+  and its assignment), ``state_timestamp_ms`` (wall clock of the last state change; the base of
+  offset expiry once the group is empty). Every metadata write is conditional on the holder, the
+  coordinator epoch and the generation last written.
+
+``<prefix>group_offsets`` (hash key ``group_id``, string; range key ``partition_key``, string,
+``"<topic>:<partition>"``; ``:`` cannot occur in a topic name): one committed offset per
+(group, topic, partition): ``topic``, ``partition``, ``committed_offset``, ``leader_epoch``
+(-1 when unknown), ``metadata`` (the client's string, "" when none), ``commit_timestamp_ms``,
+``expire_timestamp_ms`` (only for OffsetCommit v2-v4 requests that set a retention time) and
+``coordinator_epoch`` of the coordinator that wrote it; a write is conditional on that epoch not
+being newer than the writer's.
+
+As in ``broker_core.metadata.models``, ``bind_group_models(settings)`` builds subclasses bound to
+one prefix, region and endpoint that share one pynamodb Connection (one botocore client).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pynamodb.attributes import (
+    BinaryAttribute,
+    ListAttribute,
+    MapAttribute,
+    NumberAttribute,
+    UnicodeAttribute,
+)
+from pynamodb.connection import Connection
+from pynamodb.models import Model
+
+from broker_core.aws import AwsSettings
+
+GROUPS_TABLE = "groups"
+OFFSETS_TABLE = "group_offsets"
+
+_CONNECT_TIMEOUT_S = 5
+_READ_TIMEOUT_S = 10
+_MAX_RETRY_ATTEMPTS = 3
+# botocore's default pool of 10 connections would make coordinator threads queue for a socket.
+_MAX_POOL_CONNECTIONS = 32
+
+
+def offset_partition_key(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+class ProtocolAttribute(MapAttribute):
+    """One (name, metadata) pair a member offered in JoinGroup."""
+
+    name = UnicodeAttribute()
+    metadata = BinaryAttribute(legacy_encoding=False)
+
+
+class MemberAttribute(MapAttribute):
+    member_id = UnicodeAttribute()
+    group_instance_id = UnicodeAttribute(null=True)
+    client_id = UnicodeAttribute()
+    client_host = UnicodeAttribute()
+    session_timeout_ms = NumberAttribute()
+    rebalance_timeout_ms = NumberAttribute()
+    protocols = ListAttribute(of=ProtocolAttribute)
+    assignment = BinaryAttribute(legacy_encoding=False)
+
+
+class GroupItem(Model):
+    group_id = UnicodeAttribute(hash_key=True)
+    holder = NumberAttribute()
+    coordinator_epoch = NumberAttribute()
+    heartbeat = NumberAttribute()
+    lease_duration_ms = NumberAttribute()
+    generation = NumberAttribute(default=0)
+    state = UnicodeAttribute(default="Empty")
+    protocol_type = UnicodeAttribute(null=True)
+    protocol = UnicodeAttribute(null=True)
+    leader = UnicodeAttribute(null=True)
+    members = ListAttribute(of=MemberAttribute, default=list)
+    state_timestamp_ms = NumberAttribute(default=0)
+
+
+class OffsetItem(Model):
+    group_id = UnicodeAttribute(hash_key=True)
+    partition_key = UnicodeAttribute(range_key=True)
+    topic = UnicodeAttribute()
+    partition = NumberAttribute()
+    committed_offset = NumberAttribute()
+    leader_epoch = NumberAttribute(default=-1)
+    metadata = UnicodeAttribute(default="")
+    commit_timestamp_ms = NumberAttribute()
+    expire_timestamp_ms = NumberAttribute(null=True)
+    coordinator_epoch = NumberAttribute()
+
+
+@dataclass(frozen=True)
+class GroupModels:
+    """The group models bound to one table prefix, region and endpoint, and their connection."""
+
+    group: type[GroupItem]
+    offset: type[OffsetItem]
+    connection: Connection
+
+    def all_models(self) -> tuple[type[Model], ...]:
+        return (self.group, self.offset)
+
+
+def _bind(base: type[Model], settings: AwsSettings, table: str) -> type:
+    meta = type(
+        "Meta",
+        (),
+        {
+            "table_name": settings.table_prefix + table,
+            "region": settings.region,
+            "host": settings.endpoint_url,
+            "billing_mode": "PAY_PER_REQUEST",
+            "connect_timeout_seconds": _CONNECT_TIMEOUT_S,
+            "read_timeout_seconds": _READ_TIMEOUT_S,
+            "max_retry_attempts": _MAX_RETRY_ATTEMPTS,
+            "max_pool_connections": _MAX_POOL_CONNECTIONS,
+        },
+    )
+    return type(base.__name__, (base,), {"Meta": meta, "__module__": base.__module__})
+
+
+def bind_group_models(settings: AwsSettings) -> GroupModels:
+    """Subclasses of the group models whose Meta points at ``settings``' tables, on one Connection."""
+    connection = Connection(
+        region=settings.region,
+        host=settings.endpoint_url,
+        connect_timeout_seconds=_CONNECT_TIMEOUT_S,
+        read_timeout_seconds=_READ_TIMEOUT_S,
+        max_retry_attempts=_MAX_RETRY_ATTEMPTS,
+        max_pool_connections=_MAX_POOL_CONNECTIONS,
+    )
+    models = GroupModels(
+        group=_bind(GroupItem, settings, GROUPS_TABLE),
+        offset=_bind(OffsetItem, settings, OFFSETS_TABLE),
+        connection=connection,
+    )
+    for model in models.all_models():
+        # pynamodb builds a model's TableConnection lazily (pinned pynamodb 6.x); its inner
+        # Connection has no client yet, so swapping in the shared one costs nothing.
+        table_connection = model._get_connection()
+        connection.add_meta_table(table_connection.get_meta_table())
+        table_connection.connection = connection
+    return models

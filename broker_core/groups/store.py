@@ -1,0 +1,388 @@
+"""GroupStore: every read and conditional write of consumer-group state in DynamoDB.
+
+The coordinator goes through this class and gets frozen dataclasses back, never pynamodb items.
+Lease writes are conditional on the (coordinator epoch, heartbeat) the writer observed, or on the
+item not existing yet; group metadata writes on holder, coordinator epoch and the generation last
+written; offset writes on the stored offset's coordinator epoch not being newer than the
+writer's. A failed condition raises CoordinatorFencedError (the caller lost the group), anything
+else from pynamodb or botocore GroupStoreUnavailableError.
+
+Thread-safety: GroupStore holds no mutable state and may be shared by threads. pynamodb is
+synchronous: the coordinator calls it from worker threads, never from the event loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
+
+from botocore.exceptions import BotoCoreError
+from pynamodb.exceptions import PynamoDBException, TableError
+from pynamodb.models import Model
+
+from broker_core.aws import AwsSettings
+
+from .errors import CoordinatorFencedError, GroupError, GroupStoreUnavailableError
+from .models import (
+    GroupItem,
+    GroupModels,
+    MemberAttribute,
+    OffsetItem,
+    ProtocolAttribute,
+    bind_group_models,
+    offset_partition_key,
+)
+
+NO_HOLDER = -1
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+_TABLE_ACTIVE_TIMEOUT_S = 60.0
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _is_condition_failure(err: PynamoDBException) -> bool:
+    return err.cause_response_code == _CONDITION_FAILED
+
+
+def _unavailable_on_error(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """pynamodb/botocore failures that no condition explains become GroupStoreUnavailableError."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except GroupError:
+            raise
+        except (PynamoDBException, BotoCoreError) as err:
+            raise GroupStoreUnavailableError(f"{method.__name__}: {err}") from err
+
+    return wrapper
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class GroupLease:
+    """The lease part of a group item."""
+
+    group_id: str
+    holder: int
+    coordinator_epoch: int
+    heartbeat: int
+    lease_duration_ms: int
+
+    @property
+    def observation(self) -> tuple[int, int, int]:
+        """What a contender compares between sightings: any change means the holder is alive."""
+        return (self.holder, self.coordinator_epoch, self.heartbeat)
+
+
+@dataclass(frozen=True)
+class StoredMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """The metadata part of a group item: what survives a change of coordinator."""
+
+    generation: int
+    state: str
+    protocol_type: str | None
+    protocol: str | None
+    leader: str | None
+    members: tuple[StoredMember, ...]
+    state_timestamp_ms: int
+
+
+EMPTY_RECORD = GroupRecord(generation=0, state="Empty", protocol_type=None, protocol=None, leader=None,
+                           members=(), state_timestamp_ms=0)
+
+
+@dataclass(frozen=True)
+class StoredGroup:
+    group_id: str
+    lease: GroupLease
+    record: GroupRecord
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int | None = None
+
+
+def _lease_from_item(item: GroupItem) -> GroupLease:
+    return GroupLease(
+        group_id=item.group_id,
+        holder=int(item.holder),
+        coordinator_epoch=int(item.coordinator_epoch),
+        heartbeat=int(item.heartbeat),
+        lease_duration_ms=int(item.lease_duration_ms),
+    )
+
+
+def _member_from_attribute(attr: MemberAttribute) -> StoredMember:
+    return StoredMember(
+        member_id=attr.member_id,
+        group_instance_id=attr.group_instance_id,
+        client_id=attr.client_id,
+        client_host=attr.client_host,
+        session_timeout_ms=int(attr.session_timeout_ms),
+        rebalance_timeout_ms=int(attr.rebalance_timeout_ms),
+        protocols=tuple((p.name, bytes(p.metadata or b"")) for p in attr.protocols or ()),
+        assignment=bytes(attr.assignment or b""),
+    )
+
+
+def _member_attribute(member: StoredMember) -> MemberAttribute:
+    return MemberAttribute(
+        member_id=member.member_id,
+        group_instance_id=member.group_instance_id,
+        client_id=member.client_id,
+        client_host=member.client_host,
+        session_timeout_ms=member.session_timeout_ms,
+        rebalance_timeout_ms=member.rebalance_timeout_ms,
+        protocols=[ProtocolAttribute(name=name, metadata=metadata) for name, metadata in member.protocols],
+        assignment=member.assignment,
+    )
+
+
+def _group_from_item(item: GroupItem) -> StoredGroup:
+    record = GroupRecord(
+        generation=int(item.generation or 0),
+        state=item.state or "Empty",
+        protocol_type=item.protocol_type,
+        protocol=item.protocol,
+        leader=item.leader,
+        members=tuple(_member_from_attribute(m) for m in item.members or ()),
+        state_timestamp_ms=int(item.state_timestamp_ms or 0),
+    )
+    return StoredGroup(item.group_id, _lease_from_item(item), record)
+
+
+def _offset_from_item(item: OffsetItem) -> CommittedOffset:
+    return CommittedOffset(
+        offset=int(item.committed_offset),
+        leader_epoch=int(item.leader_epoch if item.leader_epoch is not None else -1),
+        metadata=item.metadata or "",
+        commit_timestamp_ms=int(item.commit_timestamp_ms),
+        expire_timestamp_ms=int(item.expire_timestamp_ms) if item.expire_timestamp_ms is not None else None,
+    )
+
+
+class GroupStore:
+    """Group leases, group metadata and committed offsets in two DynamoDB tables."""
+
+    def __init__(self, settings: AwsSettings) -> None:
+        self.settings = settings
+        self.models: GroupModels = bind_group_models(settings)
+
+    # tables -------------------------------------------------------------------------------------
+
+    @_unavailable_on_error
+    def ensure_tables(self) -> None:
+        """Create the group tables if missing (on-demand billing) and wait until they are ACTIVE.
+
+        Safe to call from several brokers at once: a table another broker is creating is waited for.
+        """
+        for model in self.models.all_models():
+            if not model.exists():
+                try:
+                    model.create_table(wait=False, billing_mode="PAY_PER_REQUEST")
+                except TableError as err:
+                    if err.cause_response_code != "ResourceInUseException":
+                        raise
+        for model in self.models.all_models():
+            self._wait_until_active(model)
+
+    @staticmethod
+    def _wait_until_active(model: type[Model]) -> None:
+        deadline = time.monotonic() + _TABLE_ACTIVE_TIMEOUT_S
+        while model.describe_table().get("TableStatus") != "ACTIVE":
+            if time.monotonic() > deadline:
+                raise GroupStoreUnavailableError(f"table {model.Meta.table_name} did not become ACTIVE")
+            time.sleep(0.1)
+
+    def table_names(self) -> list[str]:
+        return [model.Meta.table_name for model in self.models.all_models()]
+
+    # groups and leases --------------------------------------------------------------------------
+
+    @_unavailable_on_error
+    def read_group(self, group_id: str) -> StoredGroup | None:
+        """The group item as stored now (consistent read), or None if no broker ever took its lease."""
+        model = self.models.group
+        try:
+            return _group_from_item(model.get(group_id, consistent_read=True))
+        except model.DoesNotExist:
+            return None
+
+    @_unavailable_on_error
+    def list_groups(self) -> list[StoredGroup]:
+        """Every group item (consistent scan); for listing groups, not for the request path."""
+        return [_group_from_item(item) for item in self.models.group.scan(consistent_read=True)]
+
+    @_unavailable_on_error
+    def create_lease(self, group_id: str, broker_id: int, lease_duration_ms: int) -> GroupLease | None:
+        """Create the item of a group nobody has held, held by ``broker_id`` at epoch 1.
+
+        None when another broker created it first.
+        """
+        model = self.models.group
+        item = model(
+            group_id, holder=broker_id, coordinator_epoch=1, heartbeat=0, lease_duration_ms=lease_duration_ms,
+            generation=0, state="Empty", members=[], state_timestamp_ms=wall_clock_ms(),
+        )
+        try:
+            item.save(condition=model.group_id.does_not_exist())
+        except PynamoDBException as err:
+            if _is_condition_failure(err):
+                return None
+            raise
+        return _lease_from_item(item)
+
+    @_unavailable_on_error
+    def take_lease(self, seen: GroupLease, broker_id: int, lease_duration_ms: int) -> GroupLease | None:
+        """Take the lease ``seen`` describes (released, lapsed, or left by an earlier incarnation).
+
+        The write is conditional on the epoch and heartbeat in ``seen`` and bumps the epoch, so at
+        most one contender wins and the old holder's writes fail from then on. None if lost.
+        """
+        model = self.models.group
+        condition = (model.coordinator_epoch == seen.coordinator_epoch) & (model.heartbeat == seen.heartbeat)
+        actions = [
+            model.holder.set(broker_id),
+            model.coordinator_epoch.set(seen.coordinator_epoch + 1),
+            model.heartbeat.add(1),
+            model.lease_duration_ms.set(lease_duration_ms),
+        ]
+        try:
+            model(seen.group_id).update(actions, condition)
+        except PynamoDBException as err:
+            if _is_condition_failure(err):
+                return None
+            raise
+        return GroupLease(seen.group_id, broker_id, seen.coordinator_epoch + 1, seen.heartbeat + 1, lease_duration_ms)
+
+    @_unavailable_on_error
+    def heartbeat_lease(self, group_id: str, broker_id: int, coordinator_epoch: int) -> None:
+        """Bump the heartbeat counter; CoordinatorFencedError if the lease moved on."""
+        model = self.models.group
+        condition = (model.coordinator_epoch == coordinator_epoch) & (model.holder == broker_id)
+        try:
+            model(group_id).update([model.heartbeat.add(1)], condition)
+        except PynamoDBException as err:
+            if _is_condition_failure(err):
+                raise CoordinatorFencedError(group_id, coordinator_epoch, "lease heartbeat") from err
+            raise
+
+    @_unavailable_on_error
+    def release_lease(self, group_id: str, broker_id: int, coordinator_epoch: int) -> None:
+        """Give the lease up so that any broker may take it at once (no-op if already lost)."""
+        model = self.models.group
+        condition = (model.coordinator_epoch == coordinator_epoch) & (model.holder == broker_id)
+        try:
+            model(group_id).update([model.holder.set(NO_HOLDER), model.heartbeat.add(1)], condition)
+        except PynamoDBException as err:
+            if not _is_condition_failure(err):
+                raise
+
+    @_unavailable_on_error
+    def write_group(self, group_id: str, broker_id: int, coordinator_epoch: int, expected_generation: int,
+                    record: GroupRecord) -> None:
+        """Replace the group's metadata, conditional on the lease and on ``expected_generation``."""
+        model = self.models.group
+        condition = (
+            (model.coordinator_epoch == coordinator_epoch)
+            & (model.holder == broker_id)
+            & (model.generation == expected_generation)
+        )
+        actions = [
+            model.generation.set(record.generation),
+            model.state.set(record.state),
+            model.members.set([_member_attribute(m) for m in record.members]),
+            model.state_timestamp_ms.set(record.state_timestamp_ms),
+        ]
+        for attribute, value in ((model.protocol_type, record.protocol_type), (model.protocol, record.protocol),
+                                 (model.leader, record.leader)):
+            actions.append(attribute.set(value) if value is not None else attribute.remove())
+        try:
+            model(group_id).update(actions, condition)
+        except PynamoDBException as err:
+            if _is_condition_failure(err):
+                raise CoordinatorFencedError(
+                    group_id, coordinator_epoch, f"write generation {record.generation}") from err
+            raise
+
+    @_unavailable_on_error
+    def delete_group(self, group_id: str, broker_id: int, coordinator_epoch: int) -> None:
+        """Delete the group item (and with it the lease), conditional on holding the lease."""
+        model = self.models.group
+        condition = (model.coordinator_epoch == coordinator_epoch) & (model.holder == broker_id)
+        try:
+            model(group_id).delete(condition)
+        except PynamoDBException as err:
+            if _is_condition_failure(err):
+                raise CoordinatorFencedError(group_id, coordinator_epoch, "delete group") from err
+            raise
+
+    # offsets ------------------------------------------------------------------------------------
+
+    @_unavailable_on_error
+    def load_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+        """Every committed offset of the group (consistent query)."""
+        return {
+            (item.topic, int(item.partition)): _offset_from_item(item)
+            for item in self._offset_items(group_id)
+        }
+
+    def _offset_items(self, group_id: str) -> Iterator[OffsetItem]:
+        return self.models.offset.query(group_id, consistent_read=True)
+
+    @_unavailable_on_error
+    def put_offset(self, group_id: str, topic: str, partition: int, committed: CommittedOffset,
+                   coordinator_epoch: int) -> None:
+        """Write one committed offset unless a coordinator with a newer epoch already wrote it."""
+        model = self.models.offset
+        item = model(
+            group_id, offset_partition_key(topic, partition), topic=topic, partition=partition,
+            committed_offset=committed.offset, leader_epoch=committed.leader_epoch, metadata=committed.metadata,
+            commit_timestamp_ms=committed.commit_timestamp_ms, expire_timestamp_ms=committed.expire_timestamp_ms,
+            coordinator_epoch=coordinator_epoch,
+        )
+        condition = model.group_id.does_not_exist() | (model.coordinator_epoch <= coordinator_epoch)
+        try:
+            item.save(condition=condition)
+        except PynamoDBException as err:
+            if _is_condition_failure(err):
+                raise CoordinatorFencedError(group_id, coordinator_epoch, f"commit {topic}-{partition}") from err
+            raise
+
+    @_unavailable_on_error
+    def delete_offset(self, group_id: str, topic: str, partition: int, coordinator_epoch: int) -> None:
+        """Delete one committed offset unless a coordinator with a newer epoch wrote it."""
+        model = self.models.offset
+        condition = model.group_id.does_not_exist() | (model.coordinator_epoch <= coordinator_epoch)
+        try:
+            model(group_id, offset_partition_key(topic, partition)).delete(condition)
+        except PynamoDBException as err:
+            if _is_condition_failure(err):
+                raise CoordinatorFencedError(group_id, coordinator_epoch, f"delete {topic}-{partition}") from err
+            raise
