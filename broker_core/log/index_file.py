@@ -28,13 +28,17 @@ class IndexFile(ABC):
         # Entries [0, _flushed) are in the file; _file_entries is how many entries the file holds.
         self._flushed = 0
         self._file_entries = 0
+        self._full = False
 
     @abstractmethod
     def __len__(self) -> int: ...
 
     @property
     def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+        return self._full
+
+    def _update_full(self) -> None:
+        self._full = len(self) >= self.max_entries
 
     def _read_file(self) -> bytes:
         """The file's bytes (empty if missing); raise CorruptIndexError if not a whole number of entries."""
@@ -54,6 +58,7 @@ class IndexFile(ABC):
     def _entries_dropped(self) -> None:
         """Call after removing entries from memory so that flush shortens the file too."""
         self._flushed = min(self._flushed, len(self))
+        self._update_full()
 
     def flush(self, *, fsync: bool) -> None:
         """Write entries not yet in the file, cut off entries truncated since, and optionally fsync."""

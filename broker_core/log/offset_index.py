@@ -72,6 +72,7 @@ class OffsetIndex(IndexFile):
         if offsets and (offsets[0] < 0 or positions[0] < 0):
             raise CorruptIndexError(path, "negative relative offset or position", entry=0)
         index._offsets, index._positions = offsets, positions
+        index._update_full()
         return index
 
     def __len__(self) -> int:
@@ -89,13 +90,13 @@ class OffsetIndex(IndexFile):
     def append(self, offset: int, position: int) -> None:
         """Index the batch at ``position`` whose last offset is ``offset``."""
         relative = offset - self.base_offset
-        count = len(self)
-        if count and (relative <= self._offsets[count - 1] or position <= self._positions[count - 1]):
-            raise ValueError(
-                f"index entry ({offset}, {position}) does not follow {self.entry(count - 1)} in {self.path}"
-            )
-        self._offsets.append(relative)
-        self._positions.append(position)
+        offsets, positions = self._offsets, self._positions
+        if offsets and (relative <= offsets[-1] or position <= positions[-1]):
+            raise ValueError(f"index entry ({offset}, {position}) does not follow {self.last_entry} in {self.path}")
+        offsets.append(relative)
+        positions.append(position)
+        if len(offsets) >= self.max_entries:
+            self._full = True
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the entry with the largest offset <= ``offset``; (base offset, 0) if none."""

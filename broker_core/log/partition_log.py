@@ -12,8 +12,8 @@ import bisect
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from broker_core.records.batch import decode_batch
 from broker_core.records.errors import CorruptBatchError
@@ -60,8 +60,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     """What an append wrote: offsets ``base_offset``..``last_offset`` in ``num_batches`` batches.
 
     ``log_append_time`` is the time stamped into LogAppendTime batches, -1 for CreateTime.
@@ -131,6 +130,11 @@ class PartitionLog:
         self._directory_dirty = False
         self._last_flush_ms = wall_clock_ms()
         self._closed = False
+        self._uses_log_append_time = config.uses_log_append_time
+        self._max_message_bytes = config.max_message_bytes
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms
+        self._has_flush_policy = config.flush_messages is not None or config.flush_ms is not None
 
     # ---------------------------------------------------------------- opening and recovery
 
@@ -261,7 +265,7 @@ class PartitionLog:
     ) -> tuple[memoryview, list[tuple[int, BatchHeader]]]:
         """Check every batch (header, size limit, CRC) before anything is written; nothing partial survives."""
         view = memoryview(records).cast("B")
-        max_bytes = self.config.max_message_bytes
+        max_bytes = self._max_message_bytes
         batches = []
         position = 0
         end = len(view)
@@ -291,21 +295,22 @@ class PartitionLog:
             raise LeaderEpochOutOfOrderError(
                 topic=self.topic, partition=self.partition, epoch=leader_epoch, latest_epoch=latest_epoch
             )
-        base_offset = self.log_end_offset
+        active = self._segments[-1]
+        base_offset = active.next_offset
         if not batches:
             return AppendInfo(base_offset, base_offset - 1, -1, -1, -1, 0, 0)
+        log_append_time = now if self._uses_log_append_time else -1
+        # The copy is private until written, so a check failing halfway through leaves nothing behind.
+        buffer = bytearray(view)
+        described: list[AppendedBatch] = []
+        next_offset = base_offset
+        max_timestamp, offset_of_max = -1, -1
         for position, header in batches:
             if header.records_count != header.last_offset_delta + 1:
                 raise CorruptBatchError(
                     f"record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}",
                     position=position,
                 )
-        log_append_time = now if self.config.uses_log_append_time else -1
-        buffer = bytearray(view)
-        described: list[AppendedBatch] = []
-        next_offset = base_offset
-        max_timestamp, offset_of_max = -1, -1
-        for position, header in batches:
             set_base_offset(buffer, position, next_offset)
             set_partition_leader_epoch(buffer, position, leader_epoch)
             last_offset = next_offset + header.last_offset_delta
@@ -319,19 +324,24 @@ class PartitionLog:
             described.append((position, header.size, last_offset, batch_max_timestamp))
             next_offset = last_offset + 1
 
-        segment = self._segment_for_append(len(buffer), base_offset, next_offset - 1, now)
+        segment = active
+        if active.should_roll(
+            len(buffer), next_offset - 1, now, segment_bytes=self._segment_bytes, segment_ms=self._segment_ms
+        ):
+            segment = self._roll_to(base_offset, now)
         if latest_epoch != leader_epoch:
             self.leader_epochs.assign(leader_epoch, base_offset)
         segment.append(buffer, described)
-        self._maybe_flush(now)
+        if self._has_flush_policy:
+            self._maybe_flush(now)
         return AppendInfo(
-            base_offset=base_offset,
-            last_offset=next_offset - 1,
-            log_append_time=log_append_time,
-            max_timestamp=max_timestamp,
-            offset_of_max_timestamp=offset_of_max,
-            num_batches=len(batches),
-            size_bytes=len(buffer),
+            base_offset,
+            next_offset - 1,
+            log_append_time,
+            max_timestamp,
+            offset_of_max,
+            len(batches),
+            len(buffer),
         )
 
     def append_as_follower(
@@ -383,7 +393,8 @@ class PartitionLog:
         for epoch, start_offset in new_epochs:
             self.leader_epochs.assign(epoch, start_offset)
         segment.append(view, described)
-        self._maybe_flush(now)
+        if self._has_flush_policy:
+            self._maybe_flush(now)
         first_header = batches[0][1]
         return AppendInfo(
             base_offset=first_offset,

@@ -208,12 +208,12 @@ class Segment:
         """Kafka's roll rule: a non-empty segment rolls before an append that would overflow its size,
         once it is older than segment.ms (counted from its first batch's timestamp), when an index is
         full, or when the append's offsets no longer fit a 32-bit relative offset."""
-        size = self.size
+        size = self._end[0]
         if size == 0:
             return False
-        rolling_timestamp = (
-            self._first_batch_timestamp if self._first_batch_timestamp is not None else self._created_ms
-        )
+        rolling_timestamp = self._first_batch_timestamp
+        if rolling_timestamp is None:
+            rolling_timestamp = self._created_ms
         return (
             size > segment_bytes - incoming_bytes
             or now_ms - rolling_timestamp > segment_ms
@@ -231,12 +231,11 @@ class Segment:
         is indexed when more than index.interval.bytes were appended since the previous entry.
         """
         start, _ = self._end
-        view = memoryview(data)
-        position = start
-        while view:
-            written = os.pwrite(self.fd, view, position)
-            view = view[written:]
-            position += written
+        length = len(data)
+        written = os.pwrite(self.fd, data, start)
+        while written < length:  # regular files rarely write short; finish the rest if they do
+            written += os.pwrite(self.fd, memoryview(data)[written:], start + written)
+        position = start + length
         since = self._bytes_since_last_index_entry
         interval = self._index_interval_bytes
         max_timestamp = self.max_timestamp

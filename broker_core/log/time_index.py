@@ -67,6 +67,7 @@ class TimeIndex(IndexFile):
         if offsets and offsets[0] < 0:
             raise CorruptIndexError(path, "negative relative offset", entry=0)
         index._timestamps, index._offsets = timestamps, offsets
+        index._update_full()
         return index
 
     def __len__(self) -> int:
@@ -83,16 +84,18 @@ class TimeIndex(IndexFile):
 
     def maybe_append(self, timestamp: int, offset: int) -> bool:
         """Add (timestamp, offset) if ``timestamp`` is above the last entry's; return whether it was added."""
-        count = len(self)
-        if count and timestamp <= self._timestamps[count - 1]:
+        timestamps, offsets = self._timestamps, self._offsets
+        if timestamps and timestamp <= timestamps[-1]:
             return False
         relative = offset - self.base_offset
-        if count and relative < self._offsets[count - 1]:
+        if offsets and relative < offsets[-1]:
             raise ValueError(
-                f"time index entry ({timestamp}, {offset}) goes back from {self.entry(count - 1)} in {self.path}"
+                f"time index entry ({timestamp}, {offset}) goes back from {self.last_entry} in {self.path}"
             )
-        self._timestamps.append(timestamp)
-        self._offsets.append(relative)
+        timestamps.append(timestamp)
+        offsets.append(relative)
+        if len(offsets) >= self.max_entries:
+            self._full = True
         return True
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
