@@ -92,7 +92,9 @@ class OffsetIndex(IndexFile):
         relative = offset - self.base_offset
         offsets, positions = self._offsets, self._positions
         if offsets and (relative <= offsets[-1] or position <= positions[-1]):
-            raise ValueError(f"index entry ({offset}, {position}) does not follow {self.last_entry} in {self.path}")
+            raise ValueError(
+                f"index entry ({offset}, {position}) does not follow {self.last_entry} in {self.path}"
+            )
         offsets.append(relative)
         positions.append(position)
         if len(offsets) >= self.max_entries:

@@ -439,6 +439,9 @@ class PartitionLog:
             self._retire([active])
             new_segment = self._new_segment(base_offset, now_ms)
             self._segments = [*self._segments[:-1], new_segment]
+            if len(self._segments) == 1 and base_offset > self._log_start_offset:
+                self._log_start_offset = base_offset
+                self._write_log_start_offset()
         else:
             active.seal()
             new_segment = self._new_segment(base_offset, now_ms)

@@ -80,14 +80,17 @@ class ProducerState:
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"producer {header.producer_id} epoch {header.producer_epoch} is older than {entry.epoch}",
-                producer_id=header.producer_id, producer_epoch=header.producer_epoch, sequence=header.base_sequence,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                sequence=header.base_sequence,
             )
         if header.producer_epoch > entry.epoch:
             if header.base_sequence != 0:
                 raise OutOfOrderSequenceError(
                     f"producer {header.producer_id} started epoch {header.producer_epoch} at sequence "
                     f"{header.base_sequence}, not 0",
-                    producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+                    producer_id=header.producer_id,
+                    producer_epoch=header.producer_epoch,
                     sequence=header.base_sequence,
                 )
             return None
@@ -100,7 +103,9 @@ class ProducerState:
         if header.base_sequence != expected:
             raise OutOfOrderSequenceError(
                 f"producer {header.producer_id} sent sequence {header.base_sequence}, expected {expected}",
-                producer_id=header.producer_id, producer_epoch=header.producer_epoch, sequence=header.base_sequence,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                sequence=header.base_sequence,
             )
         return None
 
@@ -112,8 +117,9 @@ class ProducerState:
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self.producers[header.producer_id] = ProducerEntry(header.producer_epoch)
-        entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
-                                           base, base + header.last_offset_delta))
+        entry.batches.append(
+            BatchMetadata(header.base_sequence, header.last_sequence, base, base + header.last_offset_delta)
+        )
 
     def record_all(self, headers: Iterable[BatchHeader]) -> None:
         for header in headers:
@@ -126,8 +132,12 @@ class ProducerState:
             "version": 1,
             "offset": offset,
             "producers": {
-                str(pid): {"epoch": e.epoch, "batches": [[b.first_sequence, b.last_sequence, b.base_offset, b.last_offset]
-                                                         for b in e.batches]}
+                str(pid): {
+                    "epoch": e.epoch,
+                    "batches": [
+                        [b.first_sequence, b.last_sequence, b.base_offset, b.last_offset] for b in e.batches
+                    ],
+                }
                 for pid, e in self.producers.items()
             },
         }

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -137,9 +138,9 @@ DAMAGE_KINDS = ("flip-log-above", "cut-log-above", "cut-log-anywhere", "flip-ind
 )
 @given(data=st.data())
 def test_damage_after_a_crash_never_yields_a_bad_batch_nor_loses_flushed_data(
-    tmp_path_factory: object, data: st.DataObject
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
-    root = tmp_path_factory.mktemp("damage")  # type: ignore[attr-defined]
+    root = tmp_path_factory.mktemp("damage")
     config = LogConfig(
         segment_bytes=data.draw(st.sampled_from([1200, 3000, 1 << 20]), label="segment_bytes"),
         index_interval_bytes=data.draw(st.sampled_from([0, 150, 600]), label="index_interval_bytes"),

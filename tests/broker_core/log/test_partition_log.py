@@ -406,6 +406,14 @@ def test_append_as_follower_rejects_offsets_below_the_log_end_or_with_holes(tmp_
     log.close()
 
 
+def test_a_follower_told_to_continue_above_an_empty_log_starts_there(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_follower(leader_batches(100, [2]), now_ms=NOW)
+    assert (log.log_start_offset, log.log_end_offset) == (100, 102)
+    assert [segment.base_offset for segment in log.segments] == [100]
+    log.close()
+
+
 def test_append_as_follower_above_the_log_end_starts_a_new_segment_there(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     log.append_as_follower(leader_batches(0, [2]), now_ms=NOW)
