@@ -1,0 +1,330 @@
+"""Group administration over the Kafka protocol: list groups, describe one with its lag.
+
+``GroupAdmin`` is a small blocking client for `floe groups` and for tests: it speaks fixed API
+versions that Floe brokers serve (it is not meant for other Kafka brokers), finds a group's
+coordinator with FindCoordinator, reads members and assignments with DescribeGroups, committed
+offsets with OffsetFetch, and log-end offsets with ListOffsets sent to each partition's leader,
+as Kafka's own `kafka-consumer-groups.sh --describe` does.
+
+Thread-safety: one GroupAdmin per thread; it keeps one socket per broker.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker_core.protocol.framing import decode_response, encode_request
+from broker_core.protocol.messages import build_entity, request_class
+
+from .consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_assignment
+from .errors import GroupAdminError
+
+METADATA, LIST_OFFSETS, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS, OFFSET_FETCH = 3, 2, 10, 15, 16, 9
+_VERSIONS = {METADATA: 9, LIST_OFFSETS: 7, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, LIST_GROUPS: 4,
+             OFFSET_FETCH: 7}
+LATEST_TIMESTAMP = -1
+_RETRIABLE = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+              ErrorCode.coordinator_load_in_progress}
+_SIZE = struct.Struct(">i")
+
+
+@dataclass(frozen=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed_offset: int  # -1: nothing committed
+    log_end_offset: int  # -1: the leader could not be asked
+    member_id: str | None
+
+    @property
+    def lag(self) -> int | None:
+        if self.committed_offset < 0 or self.log_end_offset < 0:
+            return None
+        return max(self.log_end_offset - self.committed_offset, 0)
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    coordinator: int
+    members: tuple[MemberDescription, ...]
+    partitions: tuple[PartitionLag, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group_id": self.group_id, "state": self.state, "protocol_type": self.protocol_type,
+            "protocol": self.protocol, "coordinator": self.coordinator,
+            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "assignment": [list(tp) for tp in m.assignment]} for m in self.members],
+            "partitions": [{"topic": p.topic, "partition": p.partition, "committed_offset": p.committed_offset,
+                            "log_end_offset": p.log_end_offset, "lag": p.lag, "member_id": p.member_id}
+                           for p in self.partitions],
+        }
+
+
+class BrokerConnection:
+    """One blocking socket to one broker; requests are sent and answered one at a time."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = 10.0, client_id: str = "floe-groups") -> None:
+        self.address = (host, port)
+        self.client_id = client_id
+        try:
+            self._sock = socket.create_connection(self.address, timeout=timeout_s)
+        except OSError as exc:
+            raise GroupAdminError(f"cannot connect to {host}:{port}: {exc}") from exc
+        self._correlation_id = 0
+
+    def request(self, api_key: int, data: dict[str, Any], version: int | None = None) -> Any:
+        version = _VERSIONS[api_key] if version is None else version
+        self._correlation_id += 1
+        body = build_entity(request_class(api_key, version), data)
+        try:
+            self._sock.sendall(encode_request(api_key, version, self._correlation_id, self.client_id, body))
+            (size,) = _SIZE.unpack(self._read_exactly(_SIZE.size))
+            correlation_id, response = decode_response(api_key, version, self._read_exactly(size))
+        except OSError as exc:
+            raise GroupAdminError(f"{self.address[0]}:{self.address[1]}: {exc}") from exc
+        if correlation_id != self._correlation_id:
+            raise GroupAdminError(f"response correlation id {correlation_id}, expected {self._correlation_id}")
+        return response
+
+    def _read_exactly(self, count: int) -> bytes:
+        chunks, remaining = [], count
+        while remaining:
+            chunk = self._sock.recv(remaining)
+            if not chunk:
+                raise GroupAdminError(f"{self.address[0]}:{self.address[1]} closed the connection")
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
+    """``"host:port,host:port"`` to pairs; GroupAdminError on an entry without a numeric port."""
+    result = []
+    for entry in servers.split(","):
+        host, sep, port = entry.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise GroupAdminError(f"bootstrap server {entry!r} is not host:port")
+        result.append((host, int(port)))
+    if not result:
+        raise GroupAdminError("no bootstrap servers given")
+    return result
+
+
+class GroupAdmin:
+    """List and describe consumer groups of a Floe cluster reached through ``bootstrap_servers``."""
+
+    def __init__(self, bootstrap_servers: str, timeout_s: float = 10.0, retry_for_s: float = 15.0) -> None:
+        self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        self.timeout_s = timeout_s
+        self.retry_for_s = retry_for_s
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.leaders: dict[tuple[str, int], int] = {}
+
+    def __enter__(self) -> GroupAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    def _connection(self, address: tuple[str, int]) -> BrokerConnection:
+        if address not in self._connections:
+            self._connections[address] = BrokerConnection(*address, timeout_s=self.timeout_s)
+        return self._connections[address]
+
+    def _drop(self, address: tuple[str, int]) -> None:
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            connection.close()
+
+    def send(self, broker_id: int, api_key: int, data: dict[str, Any], version: int | None = None) -> Any:
+        """Send one request to broker ``broker_id`` (as the last metadata read named it)."""
+        if not self.brokers:
+            self.refresh_metadata()
+        address = self.brokers.get(broker_id)
+        if address is None:
+            raise GroupAdminError(f"broker {broker_id} is not in the cluster metadata")
+        try:
+            return self._connection(address).request(api_key, data, version)
+        except GroupAdminError:
+            self._drop(address)
+            raise
+
+    def refresh_metadata(self) -> None:
+        errors = []
+        for address in self.bootstrap + [a for a in self.brokers.values() if a not in self.bootstrap]:
+            try:
+                response = self._connection(address).request(METADATA, {
+                    "topics": None, "allow_auto_topic_creation": False,
+                    "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False,
+                })
+            except GroupAdminError as exc:
+                self._drop(address)
+                errors.append(str(exc))
+                continue
+            self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+            self.leaders = {(t.name, p.partition_index): p.leader_id for t in response.topics for p in t.partitions}
+            return
+        raise GroupAdminError("no bootstrap server answered: " + "; ".join(errors))
+
+    def find_coordinator(self, group_id: str) -> int:
+        """The id of the broker coordinating ``group_id`` (any broker answers; it may take the lease)."""
+        deadline = time.monotonic() + self.retry_for_s
+        while True:
+            last = None
+            for broker_id in sorted(self.brokers) or [None]:
+                try:
+                    if broker_id is None:
+                        self.refresh_metadata()
+                        continue
+                    response = self.send(broker_id, FIND_COORDINATOR, {"key": group_id, "key_type": 0})
+                except GroupAdminError as exc:
+                    last = str(exc)
+                    continue
+                if response.error_code == ErrorCode.none:
+                    if response.node_id not in self.brokers:
+                        self.refresh_metadata()
+                    return int(response.node_id)
+                last = response.error_code.name
+                if response.error_code not in _RETRIABLE:
+                    raise GroupAdminError(f"FindCoordinator {group_id!r}: {last}")
+            if time.monotonic() > deadline:
+                raise GroupAdminError(f"no coordinator for group {group_id!r}: {last}")
+            time.sleep(0.2)
+
+    def _to_coordinator(self, group_id: str, api_key: int, data: dict[str, Any],
+                        error_of: Any) -> tuple[int, Any]:
+        """Send to the group's coordinator, looking it up again while it moves or loads."""
+        deadline = time.monotonic() + self.retry_for_s
+        while True:
+            coordinator = self.find_coordinator(group_id)
+            try:
+                response = self.send(coordinator, api_key, data)
+            except GroupAdminError:
+                if time.monotonic() > deadline:
+                    raise
+                self.refresh_metadata()
+                time.sleep(0.2)
+                continue
+            error = error_of(response)
+            if error not in _RETRIABLE:
+                if error != ErrorCode.none:
+                    raise GroupAdminError(f"group {group_id!r}: {error.name}")
+                return coordinator, response
+            if time.monotonic() > deadline:
+                raise GroupAdminError(f"group {group_id!r}: {error.name}")
+            time.sleep(0.2)
+
+    # listing ------------------------------------------------------------------------------------
+
+    def list_groups(self) -> list[ListedGroup]:
+        """Every group any live broker reports (each lists those it coordinates), sorted by id."""
+        self.refresh_metadata()
+        found: dict[str, ListedGroup] = {}
+        for broker_id in sorted(self.brokers):
+            response = self.send(broker_id, LIST_GROUPS, {"states_filter": ()})
+            if response.error_code != ErrorCode.none:
+                raise GroupAdminError(f"ListGroups on broker {broker_id}: {response.error_code.name}")
+            for g in response.groups:
+                found.setdefault(g.group_id, ListedGroup(g.group_id, g.protocol_type, g.group_state))
+        return [found[name] for name in sorted(found)]
+
+    # describing ---------------------------------------------------------------------------------
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """Members, assignments, and per partition the committed offset, log-end offset and lag."""
+        self.refresh_metadata()
+        coordinator, response = self._to_coordinator(
+            group_id, DESCRIBE_GROUPS, {"groups": (group_id,), "include_authorized_operations": False},
+            lambda r: r.groups[0].error_code,
+        )
+        described = response.groups[0]
+        members = []
+        for m in described.members:
+            assignment: list[tuple[str, int]] = []
+            if described.protocol_type == CONSUMER_PROTOCOL_TYPE:
+                try:
+                    assignment = decode_assignment(bytes(m.member_assignment))
+                except ConsumerProtocolError:
+                    assignment = []
+            members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                             tuple(assignment)))
+        _, offsets = self._to_coordinator(
+            group_id, OFFSET_FETCH, {"group_id": group_id, "topics": None, "require_stable": False},
+            lambda r: r.error_code,
+        )
+        committed = {(t.name, p.partition_index): int(p.committed_offset)
+                     for t in offsets.topics for p in t.partitions if p.error_code == ErrorCode.none}
+        owners = {tp: m.member_id for m in members for tp in m.assignment}
+        keys = sorted(set(committed) | set(owners))
+        log_ends = self.log_end_offsets(keys)
+        partitions = tuple(
+            PartitionLag(topic, partition, committed.get((topic, partition), -1),
+                         log_ends.get((topic, partition), -1), owners.get((topic, partition)))
+            for topic, partition in keys
+        )
+        return GroupDescription(
+            group_id=group_id, state=described.group_state, protocol_type=described.protocol_type,
+            protocol=described.protocol_data, coordinator=coordinator, members=tuple(members),
+            partitions=partitions,
+        )
+
+    def log_end_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The latest offset (high watermark) of each partition, asked of its leader."""
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for topic, partition in partitions:
+            leader = self.leaders.get((topic, partition), -1)
+            if leader >= 0:
+                by_leader.setdefault(leader, {}).setdefault(topic, []).append(partition)
+        result: dict[tuple[str, int], int] = {}
+        for leader, topics in by_leader.items():
+            try:
+                response = self.send(leader, LIST_OFFSETS, {
+                    "replica_id": -1, "isolation_level": 0,
+                    "topics": [{"name": name, "partitions": [
+                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}
+                        for p in indexes]} for name, indexes in topics.items()],
+                })
+            except GroupAdminError:
+                continue
+            for t in response.topics:
+                for p in t.partitions:
+                    if p.error_code == ErrorCode.none:
+                        result[(t.name, p.partition_index)] = int(p.offset)
+        return result
