@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from broker_core.client import EARLIEST, LATEST, ClientError, FloeClient
+from broker_core.groups.cli import add_group_commands
 from broker_core.local_stack import DEFAULT_DIR, LocalStack, StackError, load_stack
 from broker_core.partitioner import partition_for_key
 from broker_core.records import Compression, Record, SimpleRecord
@@ -316,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "timestamp and headers too")
     consume.add_argument("--key-separator", default="\t", metavar="SEP", help="between key and value in text output")
     consume.set_defaults(func=_consume)
+    add_group_commands(commands, cluster)
     return parser
 
 
