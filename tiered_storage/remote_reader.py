@@ -1,0 +1,450 @@
+"""Remote reads: Fetch and ListOffsets below the local log start, served from S3 through the manifest.
+
+When a consumer asks a tiered partition's leader for an offset its local log no longer holds, the
+broker finds the remote segment holding it in the partition's COPY_FINISHED manifest rows (cached,
+never an S3 listing), maps the offset to a byte position with the segment's ".indexes" object
+(cached), and range-GETs from there: one GET covers the stretch up to the next index entry (where
+the wanted batch must start) plus ``max_bytes``. It returns exactly what the local log's `read`
+would have: whole batches from the one holding the offset, within one segment, within
+``max_bytes`` except that with ``min_one_batch`` the first batch comes whole. After each read the
+next range (the rest of the segment from where the read stopped, or the start of the next segment)
+is fetched in the background, so a consumer reading history sequentially finds its next fetch
+already in memory.
+
+Thread-safety: a RemoteLogReader belongs to the broker's event loop; its coroutines may run
+concurrently. Manifest queries run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker_core.log.errors import OffsetOutOfRangeError
+from broker_core.records.batch import decode_batch
+from broker_core.records.errors import RecordsError
+from broker_core.records.header import (
+    BATCH_HEADER,
+    CURRENT_MAGIC,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    TimestampType,
+)
+from tiered_storage.indexes import CorruptIndexesObjectError, SegmentIndexes, decode_indexes
+from tiered_storage.manifest import ManifestError, ManifestStore, RemoteSegment
+from tiered_storage.object_store import ObjectStoreError, SegmentObjectStore
+from tiered_storage.uploader import TieredPartition
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+_MAX_PREFETCH_BYTES = 8 * 1024 * 1024
+_TIMESTAMP_SCAN_BYTES = 256 * 1024
+
+
+class RemoteStorageError(Exception):
+    """Remote data could not be read (S3 or DynamoDB failed for good, or an object is corrupt)."""
+
+
+@dataclass
+class _PartitionSegments:
+    segments: list[RemoteSegment]
+    base_offsets: list[int]
+    loaded_at: float
+
+
+@dataclass
+class _Prefetch:
+    segment_id: str
+    position: int
+    first_offset: int
+    task: asyncio.Task[bytes]
+
+
+@dataclass
+class RemoteReadStats:
+    """Counters for the bench and logs: GETs issued and prefetches used."""
+
+    range_gets: int = 0
+    prefetch_hits: int = 0
+    indexes_loaded: int = 0
+    bytes_read: int = 0
+
+
+class RemoteLogReader:
+    """Reads tiered partitions' history from S3 for the Fetch and ListOffsets handlers.
+
+    ``is_tiered(topic)`` says whether a topic has remote storage enabled; reads of other topics
+    never reach S3. The segment list of a partition is re-read from the manifest when it is older
+    than ``segments_ttl_s``, when the uploader or retention changed it (`invalidate`), or once when
+    an offset falls outside it.
+    """
+
+    def __init__(
+        self,
+        manifest: ManifestStore,
+        objects: SegmentObjectStore,
+        is_tiered: Callable[[str], bool],
+        *,
+        segments_ttl_s: float = 10.0,
+        indexes_cache_entries: int = 1024,
+        prefetch_partitions: int = 256,
+    ) -> None:
+        self.manifest = manifest
+        self.objects = objects
+        self.is_tiered = is_tiered
+        self.segments_ttl_s = segments_ttl_s
+        self.stats = RemoteReadStats()
+        self._segments: dict[tuple[str, int], _PartitionSegments] = {}
+        self._indexes: OrderedDict[str, SegmentIndexes] = OrderedDict()
+        self._indexes_cache_entries = indexes_cache_entries
+        self._prefetch: OrderedDict[tuple[str, int], _Prefetch] = OrderedDict()
+        self._prefetch_partitions = prefetch_partitions
+
+    # -- manifest cache ----------------------------------------------------------------------
+
+    def invalidate(self, partition: TieredPartition) -> None:
+        """Forget the cached segment list of ``partition`` (the manifest changed)."""
+        self._segments.pop((partition.topic_id, partition.index), None)
+
+    async def remote_segments(
+        self, partition: TieredPartition, *, refresh: bool = False
+    ) -> list[RemoteSegment]:
+        """The partition's COPY_FINISHED segments by base offset (cached)."""
+        key = (partition.topic_id, partition.index)
+        cached = self._segments.get(key)
+        now = time.monotonic()
+        if cached is None or refresh or now - cached.loaded_at > self.segments_ttl_s:
+            try:
+                segments = await asyncio.to_thread(
+                    self.manifest.list_segments, partition.topic_id, partition.index
+                )
+            except ManifestError as err:
+                raise RemoteStorageError(f"manifest of {partition.topic}-{partition.index}: {err}") from err
+            cached = _PartitionSegments(segments, [s.base_offset for s in segments], now)
+            self._segments[key] = cached
+        return cached.segments
+
+    async def log_start_offset(self, partition: TieredPartition) -> int:
+        """The partition's log start: its oldest remote offset when older than the local log start."""
+        local_start = partition.log.log_start_offset
+        segments = await self.remote_segments(partition)
+        if segments and segments[0].base_offset < local_start:
+            return segments[0].base_offset
+        return local_start
+
+    async def _segment_for(self, partition: TieredPartition, offset: int) -> RemoteSegment | None:
+        """The remote segment holding ``offset``, or the next one when ``offset`` falls in a gap
+        between two segments (data never tiered, as a local log skips to its next segment); None
+        below the first segment or past the last one."""
+        for refresh in (False, True):
+            segments = await self.remote_segments(partition, refresh=refresh)
+            cached = self._segments[(partition.topic_id, partition.index)]
+            number = bisect.bisect_right(cached.base_offsets, offset) - 1
+            if number >= 0 and segments[number].contains(offset):
+                return segments[number]
+            if refresh and 0 <= number < len(segments) - 1:
+                return segments[number + 1]
+        return None
+
+    async def _indexes_for(self, segment: RemoteSegment) -> SegmentIndexes:
+        cached = self._indexes.get(segment.segment_id)
+        if cached is not None:
+            self._indexes.move_to_end(segment.segment_id)
+            return cached
+        try:
+            indexes = decode_indexes(await self.objects.get_bytes(segment.indexes_key))
+        except CorruptIndexesObjectError as err:
+            raise RemoteStorageError(f"indexes object {segment.indexes_key}: {err}") from err
+        self.stats.indexes_loaded += 1
+        self._indexes[segment.segment_id] = indexes
+        while len(self._indexes) > self._indexes_cache_entries:
+            self._indexes.popitem(last=False)
+        return indexes
+
+    # -- fetch -------------------------------------------------------------------------------
+
+    async def read(
+        self, partition: TieredPartition, offset: int, max_bytes: int, *, min_one_batch: bool
+    ) -> bytes:
+        """Whole batches from the remote batch holding ``offset``; b"" when nothing fits.
+
+        Raises OffsetOutOfRangeError when no remote segment holds ``offset`` or a later one below
+        the local log, RemoteStorageError when S3 or the manifest fails.
+        """
+        for attempt in range(2):
+            segment = await self._segment_for(partition, offset)
+            if segment is None or segment.base_offset >= partition.log.log_start_offset:
+                # Nothing remote holds the offset, and what follows it is local: below the log start.
+                start = await self.log_start_offset(partition)
+                raise OffsetOutOfRangeError(
+                    topic=partition.topic,
+                    partition=partition.index,
+                    offset=offset,
+                    log_start_offset=start,
+                    log_end_offset=partition.log.log_end_offset,
+                )
+            try:
+                return await self._read_segment(
+                    partition, segment, max(offset, segment.base_offset), max_bytes, min_one_batch
+                )
+            except ObjectStoreError as err:
+                if attempt == 0 and _is_missing(err):
+                    # Retention may have deleted the segment since the list was cached: look again.
+                    self.invalidate(partition)
+                    continue
+                raise RemoteStorageError(str(err)) from err
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _read_segment(
+        self,
+        partition: TieredPartition,
+        segment: RemoteSegment,
+        offset: int,
+        max_bytes: int,
+        min_one_batch: bool,
+    ) -> bytes:
+        key = (partition.topic_id, partition.index)
+        prefetched = await self._take_prefetch(key, segment, offset)
+        if prefetched is not None:
+            start_position, buffer = prefetched
+        else:
+            indexes = await self._indexes_for(segment)
+            start_position = indexes.position_for_offset(offset)
+            following = bisect.bisect_right(indexes.offsets, offset)
+            # The batch holding `offset` starts at or before the next index entry's position.
+            must_start_by = (
+                indexes.positions[following] if following < len(indexes.positions) else segment.size_bytes
+            )
+            end = min(segment.size_bytes, must_start_by + max(max_bytes, HEADER_SIZE))
+            buffer = await self._get(segment, start_position, end - start_position)
+        buffer = bytearray(buffer)
+
+        async def ensure(length: int) -> bool:
+            """Make buffer hold at least ``length`` bytes (from start_position) if the segment has them."""
+            have = len(buffer)
+            if have >= length:
+                return True
+            if start_position + have >= segment.size_bytes:
+                return False
+            want = min(segment.size_bytes - start_position, max(length, have + max_bytes)) - have
+            buffer.extend(await self._get(segment, start_position + have, want))
+            return len(buffer) >= length
+
+        position = 0
+        while True:
+            if not await ensure(position + HEADER_SIZE):
+                return b""
+            first = self._parse(buffer, position, segment, start_position)
+            if first.last_offset >= offset:
+                break
+            position += first.size
+        first_position = position
+        if first.size > max_bytes and not min_one_batch:
+            return b""
+        limit = first_position + max(max_bytes, first.size)
+        stop = first_position
+        next_offset = first.base_offset
+        # Every batch that fits below `limit` is already in the buffer (it was fetched up to there),
+        # so the walk issues no GET except for a first batch larger than the buffer.
+        while stop + HEADER_SIZE <= limit:
+            if not await ensure(stop + HEADER_SIZE):
+                break
+            header = self._parse(buffer, stop, segment, start_position)
+            if stop + header.size > limit:
+                break
+            if not await ensure(stop + header.size):
+                raise RemoteStorageError(
+                    f"{segment.log_key} ends inside the batch at {start_position + stop}"
+                )
+            stop += header.size
+            next_offset = header.next_offset
+        data = bytes(buffer[first_position:stop])
+        self.stats.bytes_read += len(data)
+        self._start_prefetch(partition, segment, start_position + stop, next_offset, max_bytes)
+        return data
+
+    def _parse(self, buffer: bytearray, position: int, segment: RemoteSegment, base: int) -> BatchHeader:
+        header = _header_only(buffer, position)
+        if header is None:
+            raise RemoteStorageError(f"{segment.log_key}: bad batch header at byte {base + position}")
+        return header
+
+    async def _get(self, segment: RemoteSegment, position: int, length: int) -> bytes:
+        self.stats.range_gets += 1
+        return await self.objects.get_range(segment.log_key, position, length)
+
+    # -- prefetch ----------------------------------------------------------------------------
+
+    async def _take_prefetch(
+        self, key: tuple[str, int], segment: RemoteSegment, offset: int
+    ) -> tuple[int, bytes] | None:
+        """The prefetched range starting at ``offset`` of ``segment``, if one was started; awaits it."""
+        prefetch = self._prefetch.get(key)
+        if prefetch is None or prefetch.segment_id != segment.segment_id or prefetch.first_offset != offset:
+            return None
+        del self._prefetch[key]
+        try:
+            data = await prefetch.task
+        except (ObjectStoreError, RemoteStorageError):
+            return None
+        self.stats.prefetch_hits += 1
+        return prefetch.position, data
+
+    def _start_prefetch(
+        self,
+        partition: TieredPartition,
+        segment: RemoteSegment,
+        position: int,
+        next_offset: int,
+        max_bytes: int,
+    ) -> None:
+        key = (partition.topic_id, partition.index)
+        old = self._prefetch.pop(key, None)
+        if old is not None and not old.task.done():
+            old.task.cancel()
+        length = min(max(max_bytes, HEADER_SIZE), _MAX_PREFETCH_BYTES)
+        if position < segment.size_bytes:
+            target, start = segment, position
+        else:
+            cached = self._segments.get(key)
+            if cached is None:
+                return
+            number = bisect.bisect_right(cached.base_offsets, segment.base_offset)
+            if number >= len(cached.segments) or cached.segments[number].base_offset != next_offset:
+                return
+            target, start = cached.segments[number], 0
+        length = min(length, target.size_bytes - start)
+        task = asyncio.create_task(
+            self._prefetch_range(target, start, length), name=f"prefetch {target.log_key}"
+        )
+        task.add_done_callback(_consume_exception)
+        self._prefetch[key] = _Prefetch(target.segment_id, start, next_offset, task)
+        while len(self._prefetch) > self._prefetch_partitions:
+            _, evicted = self._prefetch.popitem(last=False)
+            evicted.task.cancel()
+
+    async def _prefetch_range(self, segment: RemoteSegment, start: int, length: int) -> bytes:
+        if start == 0:
+            await self._indexes_for(segment)
+        return await self._get(segment, start, length)
+
+    # -- list offsets ------------------------------------------------------------------------
+
+    async def list_offset(self, partition: TieredPartition, timestamp: int) -> tuple[int, int, int] | None:
+        """ListOffsets over the remote tier: (offset, timestamp, leader epoch), None to keep the local answer.
+
+        ``timestamp`` -2 (earliest) gives the remote log start when it is below the local one (the
+        timestamp is then -1, as Kafka answers); a timestamp >= 0 gives the first remote record at or
+        after it below the local log start.
+        """
+        if timestamp == EARLIEST_TIMESTAMP:
+            segments = await self.remote_segments(partition)
+            if not segments or segments[0].base_offset >= partition.log.log_start_offset:
+                return None
+            first = segments[0]
+            return first.base_offset, -1, _epoch_in(first, first.base_offset)
+        if timestamp < 0:
+            return None
+        found = await self.offset_for_timestamp(partition, timestamp)
+        if found is None:
+            return None
+        offset, record_timestamp = found
+        segment = await self._segment_for(partition, offset)
+        return offset, record_timestamp, -1 if segment is None else _epoch_in(segment, offset)
+
+    async def offset_for_timestamp(
+        self, partition: TieredPartition, timestamp_ms: int
+    ) -> tuple[int, int] | None:
+        """Kafka's ListOffsets by time over the remote tier below the local log start.
+
+        (offset, timestamp) of the first remote record with a timestamp >= ``timestamp_ms``, None
+        if the remote segments below the local log hold none (the local log is searched next).
+        """
+        local_start = partition.log.log_start_offset
+        try:
+            for segment in await self.remote_segments(partition):
+                if segment.base_offset >= local_start:
+                    break
+                if segment.max_timestamp_ms < timestamp_ms:
+                    continue
+                found = await self._find_timestamp(segment, timestamp_ms)
+                if found is not None:
+                    return found
+        except ObjectStoreError as err:
+            raise RemoteStorageError(str(err)) from err
+        return None
+
+    async def _find_timestamp(self, segment: RemoteSegment, timestamp_ms: int) -> tuple[int, int] | None:
+        indexes = await self._indexes_for(segment)
+        position = indexes.position_for_timestamp(timestamp_ms)
+        buffer = b""
+        buffer_start = position
+        while position < segment.size_bytes:
+            relative = position - buffer_start
+            if relative + HEADER_SIZE > len(buffer):
+                buffer = await self._get(
+                    segment, position, min(_TIMESTAMP_SCAN_BYTES, segment.size_bytes - position)
+                )
+                buffer_start, relative = position, 0
+            header = _header_only(buffer, relative)
+            if header is None:
+                raise RemoteStorageError(f"{segment.log_key}: bad batch header at byte {position}")
+            if header.max_timestamp >= timestamp_ms:
+                if relative + header.size > len(buffer):
+                    buffer = await self._get(segment, position, header.size)
+                    buffer_start, relative = position, 0
+                if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+                    return header.base_offset, header.max_timestamp
+                try:
+                    batch = decode_batch(buffer, relative, verify_crc=False)
+                except RecordsError as err:
+                    raise RemoteStorageError(f"{segment.log_key}: batch at {position}: {err}") from err
+                for record in batch.records:
+                    if record.timestamp >= timestamp_ms:
+                        return record.offset, record.timestamp
+            position += header.size
+        return None
+
+
+def _header_only(buffer: bytes | bytearray, position: int) -> BatchHeader | None:
+    """The sanity-checked 61-byte header at ``position``, whether or not the batch body is in ``buffer``.
+
+    (parse_header wants the whole batch; a range GET may hold only its start.) None if it is not
+    a RecordBatch v2 header.
+    """
+    header = BatchHeader(*BATCH_HEADER.unpack_from(buffer, position))
+    if (
+        header.magic != CURRENT_MAGIC
+        or header.batch_length < HEADER_SIZE - LOG_OVERHEAD
+        or header.last_offset_delta < 0
+    ):
+        return None
+    return header
+
+
+def _epoch_in(segment: RemoteSegment, offset: int) -> int:
+    """The leader epoch of ``offset`` by the segment's epoch entries; -1 if they do not say."""
+    epoch = -1
+    for entry_epoch, start in segment.epoch_entries:
+        if start > offset:
+            break
+        epoch = entry_epoch
+    return epoch
+
+
+def _is_missing(error: ObjectStoreError) -> bool:
+    cause = error.cause
+    response = getattr(cause, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", "")) in ("NoSuchKey", "404", "InvalidRange")
+
+
+def _consume_exception(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("prefetch %s failed: %s", task.get_name(), task.exception())

@@ -1,0 +1,211 @@
+"""The tiering service: the broker subsystem that runs uploads, retention and remote reads of tiered topics.
+
+The broker hosts it as a BrokerService. Every ``remote.log.manager.task.interval.ms`` (Kafka's name
+and default, 30 s) it visits each hosted replica of a topic with ``remote.storage.enable=true``:
+
+- on the leader, the partition's `PartitionUploader` (one per leader epoch) uploads the segments
+  that became ready, then remote retention (``retention.ms|bytes``) expires the oldest remote
+  segments, then local retention (``local.retention.ms|bytes``) deletes local segments the
+  manifest says are in S3;
+- on a follower, only local retention runs, against the remote end offset in the manifest.
+
+At most ``remote.log.manager.copier.thread.pool.size`` partitions are visited at once. A failure
+in one partition (S3 or DynamoDB down) is logged and retried on the next visit; local data is
+never deleted because of it. The service also hands the Fetch and ListOffsets handlers its
+`RemoteLogReader` (``handlers.remote_reader``). Everything runs on the broker's event loop; S3
+calls are aioboto3 coroutines and manifest calls run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from broker_core.metadata.errors import MetadataError
+from tiered_storage.manifest import ManifestError, ManifestStore
+from tiered_storage.object_store import ObjectStoreError, SegmentObjectStore, UploadTuning
+from tiered_storage.remote_reader import RemoteLogReader, RemoteStorageError
+from tiered_storage.retention import (
+    TieredRetention,
+    apply_local_retention,
+    is_tiered,
+    local_bytes_above,
+    remote_segments_to_delete,
+)
+from tiered_storage.uploader import PartitionUploader, TieredPartition
+
+if TYPE_CHECKING:
+    from broker_core.server.broker import Broker
+    from broker_core.server.handlers import RequestHandlers
+
+log = logging.getLogger(__name__)
+
+# Broker settings the service reads (Kafka's names where Kafka has one), with their defaults.
+TIERING_DEFAULTS: dict[str, str] = {
+    "remote.log.manager.task.interval.ms": "30000",
+    "remote.log.manager.copier.thread.pool.size": "4",
+    "remote.log.s3.multipart.threshold.bytes": str(64 * 1024 * 1024),
+    "remote.log.s3.multipart.part.bytes": str(16 * 1024 * 1024),
+    "remote.log.s3.multipart.concurrency": "4",
+}
+
+_FAILURES = (ObjectStoreError, ManifestError, RemoteStorageError, MetadataError, OSError)
+
+
+def tiering_setting(overrides: Any, name: str) -> int:
+    """An integer tiering setting from the broker's overrides, else its default."""
+    raw = overrides.get(name, TIERING_DEFAULTS[name])
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TieringService:
+    """Tiered storage inside one broker: uploader per led partition, retention, and the remote reader."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        overrides = broker.config.overrides
+        self.interval_s = tiering_setting(overrides, "remote.log.manager.task.interval.ms") / 1000
+        self.manifest = ManifestStore(broker.config.aws)
+        self.objects = SegmentObjectStore(
+            broker.config.aws,
+            tuning=UploadTuning(
+                multipart_threshold_bytes=tiering_setting(
+                    overrides, "remote.log.s3.multipart.threshold.bytes"
+                ),
+                part_bytes=tiering_setting(overrides, "remote.log.s3.multipart.part.bytes"),
+                part_concurrency=tiering_setting(overrides, "remote.log.s3.multipart.concurrency"),
+            ),
+        )
+        self.reader = RemoteLogReader(self.manifest, self.objects, self._topic_is_tiered)
+        self._limiter = asyncio.Semaphore(
+            tiering_setting(overrides, "remote.log.manager.copier.thread.pool.size")
+        )
+        self._uploaders: dict[tuple[str, int], PartitionUploader] = {}
+        self._visits: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+
+    def _topic_is_tiered(self, topic: str) -> bool:
+        described = self.broker.image.topics.get(topic)
+        return described is not None and is_tiered(described.configs)
+
+    # -- BrokerService -----------------------------------------------------------------------
+
+    def register(self, handlers: RequestHandlers) -> None:
+        handlers.remote_reader = self.reader
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.manifest.ensure_table)
+        await self.objects.__aenter__()
+        self._loop_task = asyncio.create_task(self._run_forever(), name="tiering")
+
+    async def stop(self) -> None:
+        tasks = [task for task in (self._loop_task, *self._visits.values()) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._visits.clear()
+        await self.objects.__aexit__(None, None, None)
+
+    # -- the periodic visit ------------------------------------------------------------------
+
+    async def _run_forever(self) -> None:
+        while True:
+            try:
+                self.visit_all()
+            except Exception:
+                log.exception("tiering round failed")
+            await asyncio.sleep(self.interval_s)
+
+    def visit_all(self) -> None:
+        """Start a visit of every hosted replica of a tiered topic that is not being visited already."""
+        image = self.broker.image
+        hosted = self.broker.replicas.partitions
+        for key, partition in list(hosted.items()):
+            described = image.topics.get(partition.topic)
+            if (
+                described is None
+                or described.topic_id != partition.topic_id
+                or not is_tiered(described.configs)
+            ):
+                self._uploaders.pop(key, None)
+                continue
+            running = self._visits.get(key)
+            if running is not None and not running.done():
+                continue
+            limits = TieredRetention.resolve(described.configs, self.broker.config)
+            self._visits[key] = asyncio.create_task(
+                self._visit(key, partition, limits), name=f"tiering {key}"
+            )
+        for key in [k for k in self._uploaders if k not in hosted]:
+            del self._uploaders[key]
+
+    async def visit_and_wait(self) -> None:
+        """One full round, waiting for every visit to end (tests and benchmarks use it)."""
+        self.visit_all()
+        await asyncio.gather(*self._visits.values(), return_exceptions=True)
+
+    async def _visit(self, key: tuple[str, int], partition: TieredPartition, limits: TieredRetention) -> None:
+        async with self._limiter:
+            try:
+                if partition.is_leader:
+                    remote_end = await self._lead(key, partition, limits)
+                else:
+                    self._uploaders.pop(key, None)
+                    head = await asyncio.to_thread(
+                        self.manifest.partition_head, partition.topic_id, partition.index
+                    )
+                    remote_end = -1 if head is None else head.end_offset
+            except _FAILURES as err:
+                log.warning("tiering of %s-%d: %s", partition.topic, partition.index, err)
+                uploader = self._uploaders.get(key)
+                if uploader is None or not partition.is_leader:
+                    return
+                remote_end = uploader.remote_end_offset
+            if self.broker.replicas.partitions.get(key) is not partition:
+                return  # the replica was closed (reassigned or deleted) while we were away
+            new_start = apply_local_retention(partition.log, remote_end, limits, _now_ms())
+            log.debug(
+                "%s-%d local log starts at %d, remote end %d",
+                partition.topic,
+                partition.index,
+                new_start,
+                remote_end,
+            )
+
+    async def _lead(self, key: tuple[str, int], partition: TieredPartition, limits: TieredRetention) -> int:
+        uploader = self._uploaders.get(key)
+        if uploader is None or uploader.leader_epoch != partition.leader_epoch:
+            uploader = PartitionUploader(
+                partition, self.manifest, self.objects, on_change=self.reader.invalidate
+            )
+            self._uploaders[key] = uploader
+        upload_failure: Exception | None = None
+        try:
+            await uploader.run_once()
+        except _FAILURES as err:
+            upload_failure = err
+        # Retention of what is already remote goes on even when this round's upload failed.
+        if uploader.still_leading and uploader.remote_end_offset >= 0:
+            await self._expire_remote(uploader, limits)
+        if upload_failure is not None:
+            raise upload_failure
+        return uploader.remote_end_offset
+
+    async def _expire_remote(self, uploader: PartitionUploader, limits: TieredRetention) -> None:
+        if limits.retention_ms < 0 and limits.retention_bytes < 0:
+            return
+        partition = uploader.partition
+        remote = await self.reader.remote_segments(partition, refresh=True)
+        local_only = local_bytes_above(partition.log, uploader.remote_end_offset)
+        condemned = remote_segments_to_delete(remote, local_only, limits, _now_ms())
+        if condemned:
+            await uploader.expire(condemned)
