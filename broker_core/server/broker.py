@@ -72,8 +72,9 @@ class Broker:
     def _services(self) -> list[BrokerService]:
         """Subsystems that add APIs and background work to the broker (consumer groups, tiering)."""
         from broker_core.groups.coordinator import GroupCoordinator
+        from tiered_storage.service import TieringService
 
-        return [GroupCoordinator(self)]
+        return [GroupCoordinator(self), TieringService(self)]
 
     # lifecycle ---------------------------------------------------------------------------------
 

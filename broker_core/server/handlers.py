@@ -372,36 +372,26 @@ class RequestHandlers:
                 elif p.timestamp == EARLIEST_TIMESTAMP:
                     result["offset"] = partition.log_start_offset
                     result["leader_epoch"] = _epoch_at(partition, partition.log_start_offset)
-                    # Tiered storage: a consumer's earliest offset may be in S3 (followers keep the local start).
-                    remote = self.remote_reader if body.replica_id < 0 else None
-                    if remote is not None and remote.is_tiered(topic_request.name):
-                        try:
-                            earliest = await remote.log_start_offset(partition)
-                        except RemoteStorageError:
-                            result["error_code"] = ErrorCode.kafka_storage_error
-                            continue
-                        if earliest < partition.log_start_offset:
-                            result["offset"] = earliest
-                            result["leader_epoch"] = await remote.leader_epoch_at(partition, earliest)
                 elif p.timestamp >= 0:
-                    found = None
-                    remote = self.remote_reader if body.replica_id < 0 else None
-                    if remote is not None and remote.is_tiered(topic_request.name):
-                        try:
-                            found = await remote.offset_for_timestamp(partition, p.timestamp)
-                        except RemoteStorageError:
-                            result["error_code"] = ErrorCode.kafka_storage_error
-                            continue
-                    if found is not None:
-                        result["offset"], result["timestamp"] = found
-                        result["leader_epoch"] = await remote.leader_epoch_at(partition, found[0])
-                        continue
                     found = partition.log.offset_for_timestamp(p.timestamp)
                     if found is not None and found[0] < upper:
                         result["offset"], result["timestamp"] = found
                         result["leader_epoch"] = _epoch_at(partition, found[0])
                 else:
                     result["error_code"] = ErrorCode.invalid_request
+                    continue
+                # Tiered storage: for consumers, the earliest offset or a timestamp's offset may lie
+                # in S3 below the local log (tiered_storage.remote_reader); followers stay local.
+                remote = self.remote_reader if body.replica_id < 0 else None
+                if remote is not None and p.timestamp != LATEST_TIMESTAMP and remote.is_tiered(topic_request.name):
+                    try:
+                        answer = await remote.list_offset(partition, p.timestamp)
+                    except RemoteStorageError as exc:
+                        log.warning("remote ListOffsets of %s-%d failed: %s", topic_request.name, p.partition_index, exc)
+                        result["error_code"] = ErrorCode.kafka_storage_error
+                        continue
+                    if answer is not None:
+                        result["offset"], result["timestamp"], result["leader_epoch"] = answer
             topics.append({"name": topic_request.name, "partitions": partitions})
         return _respond(request, {"throttle_time": ZERO, "topics": topics})
 
