@@ -7,6 +7,7 @@ uploaded, then restarted, loses nothing and leaves no duplicate COPY_FINISHED ro
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import time
@@ -17,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker_core.client import FloeClient
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
 from tests.support.stack import running_stack
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.slow
 
 TOPIC = "history"
 WAIT_S = 120.0
+EARLIEST = -2
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
@@ -63,33 +66,23 @@ def local_base_offsets(stack: LocalStack) -> list[int]:
     return sorted(int(path.stem) for path in directory.glob("*.log"))
 
 
-def kcat_values_from_offset_zero(stack: LocalStack) -> list[tuple[int, bytes]]:
-    result = subprocess.run(
-        [
-            "kcat",
-            "-b",
-            stack.bootstrap_servers,
-            "-C",
-            "-t",
-            TOPIC,
-            "-p",
-            "0",
-            "-o",
-            "0",
-            "-e",
-            "-q",
-            "-f",
-            "%o %s\\n",
-        ],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
+def kcat_from_offset_zero(stack: LocalStack) -> list[tuple[int, int, bytes]]:
+    """(offset, timestamp, value) of every record kcat reads from offset 0 to the end of the partition."""
+    command = ["kcat", "-b", stack.bootstrap_servers, "-C", "-t", TOPIC, "-p", "0", "-o", "0", "-e", "-q"]
+    result = subprocess.run([*command, "-f", "%o %T %s\\n"], capture_output=True, timeout=120, check=True)
     records = []
     for line in result.stdout.splitlines():
-        offset, _, value = line.partition(b" ")
-        records.append((int(offset), value))
+        offset, timestamp, value = line.split(b" ", 2)
+        records.append((int(offset), int(timestamp), value))
     return records
+
+
+def list_offsets(stack: LocalStack, timestamps: list[int]) -> list[tuple[int, int]]:
+    async def ask() -> list[tuple[int, int]]:
+        async with FloeClient(stack.bootstrap_servers) as client:
+            return [await client.list_offsets(TOPIC, 0, timestamp) for timestamp in timestamps]
+
+    return asyncio.run(ask())
 
 
 def finished_rows(manifest: ManifestStore, topic_id: str) -> list[RemoteSegment]:
@@ -116,9 +109,14 @@ def test_remote_fetch_kcat_from_offset_zero_after_local_segments_were_deleted_ge
         assert [r.base_offset for r in rows[1:]] == [r.end_offset + 1 for r in rows[:-1]]
         assert local_base_offsets(stack)[0] <= rows[-1].end_offset + 1
 
-        records = kcat_values_from_offset_zero(stack)
-        assert [offset for offset, _ in records] == list(range(len(values)))
-        assert [value for _, value in records] == values
+        records = kcat_from_offset_zero(stack)
+        assert [offset for offset, _, _ in records] == list(range(len(values)))
+        assert [value for _, _, value in records] == values
+
+        # ListOffsets: the earliest offset is in S3, and so is the answer for an old timestamp.
+        timestamp = records[10][1]
+        first_at_or_after = min(offset for offset, ts, _ in records if ts >= timestamp)
+        assert list_offsets(stack, [EARLIEST, timestamp]) == [(0, -1), (first_at_or_after, timestamp)]
 
 
 def test_killed_mid_upload_the_restarted_broker_loses_nothing_and_commits_each_offset_once(
@@ -185,6 +183,6 @@ def test_killed_mid_upload_the_restarted_broker_loses_nothing_and_commits_each_o
             assert states[row.segment_id] is SegmentState.DELETE_FINISHED
             assert [r.base_offset for r in finished].count(row.base_offset) == 1
 
-        records = kcat_values_from_offset_zero(stack)
-        assert [offset for offset, _ in records] == list(range(len(values)))
-        assert [value for _, value in records] == values
+        records = kcat_from_offset_zero(stack)
+        assert [offset for offset, _, _ in records] == list(range(len(values)))
+        assert [value for _, _, value in records] == values
