@@ -306,33 +306,35 @@ class Segment:
             return None
         return header
 
-    def _start_position(self, offset: int, limit: int) -> tuple[int, int]:
-        """(position, expected base offset) from which a header walk can search for ``offset``.
+    def _start_position(self, offset: int, limit: int) -> tuple[int, BatchHeader | None]:
+        """(position, header there if already read) from which a header walk can search for ``offset``.
 
         The looked-up index entry is trusted only if the header at its position ends at its offset;
         otherwise the walk starts at the beginning of the segment.
         """
         entry_offset, position = self.offset_index.lookup(offset)
         if position == 0:
-            return 0, self.base_offset
+            return 0, None
         header = self._header_at(position, limit)
         if header is None or header.last_offset != entry_offset:
-            return 0, self.base_offset
-        return position, header.base_offset
+            return 0, None
+        return position, header
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch whose last offset is >= ``offset``; None if none is here."""
         limit, next_offset = self._end
         if offset >= next_offset:
             return None
-        position, _ = self._start_position(offset, limit)
+        position, header = self._start_position(offset, limit)
         while position < limit:
-            header = self._header_at(position, limit)
             if header is None:
-                return None
+                header = self._header_at(position, limit)
+                if header is None:
+                    return None
             if header.last_offset >= offset:
                 return position, header
             position += header.size
+            header = None
         return None
 
     def _boundary_at_or_before(
@@ -343,17 +345,20 @@ class Segment:
         Returns (boundary, base offset of the batch starting there). Jumps ahead with the offset index,
         then walks headers.
         """
+        header = None
         entry = self.offset_index.lookup_by_position(target)
         if entry is not None and entry[1] > position:
-            header = self._header_at(entry[1], limit)
-            if header is not None and header.last_offset == entry[0]:
-                position, next_base = entry[1], header.base_offset
+            entry_header = self._header_at(entry[1], limit)
+            if entry_header is not None and entry_header.last_offset == entry[0]:
+                position, next_base, header = entry[1], entry_header.base_offset, entry_header
         while position < target:
-            header = self._header_at(position, limit)
+            if header is None:
+                header = self._header_at(position, limit)
             if header is None or position + header.size > target:
                 break
             position += header.size
             next_base = header.next_offset
+            header = None
         return position, next_base
 
     def read(
