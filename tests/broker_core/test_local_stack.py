@@ -1,0 +1,110 @@
+"""`floe local up` as a person runs it: a real process tree, stack.json, Ctrl-C, and a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from broker_core.client import EARLIEST, LATEST, FloeClient
+from broker_core.records.batch import SimpleRecord
+
+_UP_TIMEOUT_S = 90
+
+
+def _start_local_up(directory: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "broker_core.cli", "local", "up", "--data-dir", str(directory), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+
+
+def _wait_for_stack_file(directory: Path, process: subprocess.Popen) -> dict:
+    path = directory / "stack.json"
+    deadline = time.monotonic() + _UP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if path.exists():
+            return json.loads(path.read_text())
+        assert process.poll() is None, process.stderr.read().decode()
+        time.sleep(0.2)
+    raise AssertionError("floe local up wrote no stack.json")
+
+
+def _stop(process: subprocess.Popen) -> int:
+    process.send_signal(signal.SIGINT)
+    return process.wait(timeout=60)
+
+
+async def _produce_and_read(bootstrap: str, topic: str, create: bool) -> list[bytes]:
+    async with FloeClient(bootstrap) as client:
+        if create:
+            await client.create_topic(topic, partitions=1, configs={"segment.bytes": "65536"})
+            for chunk in range(4):
+                records = [SimpleRecord(key=b"k", value=f"{chunk}-{i}".encode()) for i in range(500)]
+                await client.produce(topic, records, 0)
+        end, _ = await client.list_offsets(topic, 0, LATEST)
+        start, _ = await client.list_offsets(topic, 0, EARLIEST)
+        values: list[bytes] = []
+        offset = start
+        while offset < end:
+            result = await client.fetch(topic, 0, offset, max_wait_ms=100)
+            values += [r.value for r in result.records if r.offset >= offset]
+            offset = result.next_offset
+        return values
+
+
+def test_local_up_writes_stack_json_and_stops_every_process_on_interrupt(tmp_path: Path) -> None:
+    process = _start_local_up(tmp_path, "--brokers", "2", "--set", "log.segment.bytes=1048576")
+    info = _wait_for_stack_file(tmp_path, process)
+    try:
+        assert len(info["brokers"]) == 2
+        assert info["bootstrap_servers"] == ",".join(f"{b['host']}:{b['port']}" for b in info["brokers"])
+        assert set(info["aws"]) >= {"endpoint_url", "region", "bucket", "table_prefix"}
+        pids = [b["pid"] for b in info["brokers"]] + [info["moto_pid"]]
+        assert all(psutil.pid_exists(pid) for pid in pids)
+        for broker in info["brokers"]:
+            assert Path(broker["data_dir"]).is_dir()
+        broker_cmdline = " ".join(psutil.Process(info["brokers"][0]["pid"]).cmdline())
+        assert "log.segment.bytes=1048576" in broker_cmdline
+    finally:
+        assert _stop(process) == 0
+    deadline = time.monotonic() + 10
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids):
+        assert time.monotonic() < deadline, "a process of the stack outlived floe local up"
+        time.sleep(0.1)
+
+
+def test_restarting_local_up_on_the_same_directory_keeps_topics_and_records(tmp_path: Path) -> None:
+    process = _start_local_up(tmp_path)
+    info = _wait_for_stack_file(tmp_path, process)
+    try:
+        written = asyncio.run(_produce_and_read(info["bootstrap_servers"], "kept", create=True))
+    finally:
+        assert _stop(process) == 0
+    assert len(written) == 2000
+    (tmp_path / "stack.json").unlink()
+
+    process = _start_local_up(tmp_path)
+    info = _wait_for_stack_file(tmp_path, process)
+    try:
+        read_back = asyncio.run(_produce_and_read(info["bootstrap_servers"], "kept", create=False))
+    finally:
+        assert _stop(process) == 0
+    assert read_back == written
+
+
+def test_local_up_refuses_a_malformed_setting(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "broker_core.cli", "local", "up", "--data-dir", str(tmp_path), "--set", "no-equals"],
+        capture_output=True, text=True, timeout=60, env={**os.environ},
+    )
+    assert result.returncode == 2
+    assert "key=value" in result.stderr
+    assert not (tmp_path / "stack.json").exists()
