@@ -61,7 +61,9 @@ HEADERS_FIELD = pa.field("headers", HEADERS_TYPE)
 GROUP_MAX_RECORDS = 32_768
 GROUP_MAX_BYTES = 16 * 1024 * 1024
 
-_VARINT_PADDING = bytes(10)  # lets a varint read run past the last record without a bounds check
+_VIEW_INLINE_BYTES = 12  # Arrow view arrays hold values of up to 12 bytes inline
+# Lets a varint read, or the read of a value's first 12 bytes, run past the last record unchecked.
+_BUFFER_PADDING = bytes(16)
 _MAX_VARINT_BYTES = 5
 _MAX_VARLONG_BYTES = 10
 
@@ -175,40 +177,80 @@ def _record_error(object_key: str, section: _Section, index: int, section_offset
 
 
 def _find_record_starts(data: bytearray, begin: int, section: _Section, object_key: str, starts: list[int]) -> None:
-    """Append where each record of the section at ``data[begin:]`` starts: the one per-record Python loop."""
+    """Append where each record of the section at ``data[begin:]`` starts: the one per-record Python loop.
+
+    Record lengths of 1 and 2 varint bytes (records up to 8 KiB) are decoded inline; sanity is
+    checked once after the loop (no odd zigzag, that is no negative length, and the records end
+    exactly where the section does), and only then, to name the culprit, record by record.
+    """
     end = len(data)
     append = starts.append
+    position = begin
+    odd = 0
+    try:
+        for _ in range(section.header.records_count):
+            append(position)
+            byte = data[position]
+            if byte < 0x80:
+                position += 1 + (byte >> 1)
+                odd |= byte
+                continue
+            following = data[position + 1]
+            if following < 0x80:
+                zigzag = (byte & 0x7F) | (following << 7)
+                position += 2
+            else:
+                zigzag, position = _long_length(data, position)
+            position += zigzag >> 1
+            odd |= zigzag
+    except IndexError:
+        odd = 1
+    if odd & 1 or position != end:
+        del starts[len(starts) - section.header.records_count :]
+        _raise_for_bad_lengths(data, begin, section, object_key)
+
+
+def _long_length(data: bytearray, position: int) -> tuple[int, int]:
+    """A record-length varint of three or more bytes: (zigzag value, position after it); odd if too long."""
+    zigzag, shift = 0, 0
+    while shift < 7 * _MAX_VARINT_BYTES:
+        byte = data[position]
+        position += 1
+        zigzag |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return zigzag, position
+        shift += 7
+    return 1, position
+
+
+def _raise_for_bad_lengths(data: bytearray, begin: int, section: _Section, object_key: str) -> None:
+    """Walk the record lengths of a section that failed the fast walk, and raise for the first bad one."""
+    end = len(data)
     position = begin
     for index in range(section.header.records_count):
         if position >= end:
             raise _record_error(object_key, section, index, position - begin, "starts past the end of the records")
-        append(position)
-        byte = data[position]
-        position += 1
-        if byte < 0x80:
-            zigzag = byte
-        else:
-            zigzag, shift = byte & 0x7F, 7
-            while True:
-                if shift >= 7 * _MAX_VARINT_BYTES or position >= end:
-                    raise _record_error(object_key, section, index, starts[-1] - begin, "bad length varint")
-                byte = data[position]
-                position += 1
-                zigzag |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
+        start = position
+        zigzag, shift = 0, 0
+        while True:
+            if shift >= 7 * _MAX_VARINT_BYTES or position >= end:
+                raise _record_error(object_key, section, index, start - begin, "bad length varint")
+            byte = data[position]
+            position += 1
+            zigzag |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
         if zigzag & 1:
-            raise _record_error(object_key, section, index, starts[-1] - begin, "negative record length")
+            raise _record_error(object_key, section, index, start - begin, "negative record length")
         position += zigzag >> 1
-    if position != end:
-        raise _record_error(
-            object_key,
-            section,
-            section.header.records_count,
-            min(position, end) - begin,
-            f"{section.header.records_count} records take {position - begin} bytes of a {end - begin}-byte section",
-        )
+    raise _record_error(
+        object_key,
+        section,
+        section.header.records_count,
+        min(position, end) - begin,
+        f"{section.header.records_count} records take {position - begin} bytes of a {end - begin}-byte section",
+    )
 
 
 def _varints(buf: np.ndarray, positions: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -232,33 +274,32 @@ def _varints(buf: np.ndarray, positions: np.ndarray, max_bytes: int) -> tuple[np
     return values, positions + size, too_long
 
 
-def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The bytes of the disjoint, ascending ranges [start, start + length), concatenated.
-
-    A difference array marks +1 where a range opens and -1 where one closes; its running sum is
-    the mask of bytes inside some range. Starts are distinct, and so are ends, for non-empty ranges.
-    """
-    present = lengths > 0
-    starts, lengths = starts[present], lengths[present]
-    edges = np.zeros(len(buf) + 1, dtype=np.int8)
-    edges[starts] += 1
-    edges[starts + lengths] -= 1
-    inside = np.cumsum(edges[:-1], dtype=np.int8).view(bool)
-    return buf[inside]
-
-
 def _binary_column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
-    """A binary (or string) column of the byte ranges; a length of -1 is null."""
+    """A binary (or string) column of the byte ranges ``buf[start : start + length]``; a length of -1 is null.
+
+    The ranges are first described as an Arrow view array (binary_view / string_view: per element
+    its length, first bytes, buffer and offset, values of up to 12 bytes inline) over ``buf``, built
+    with a few numpy operations; Arrow's cast to the plain type then gathers the bytes in C++.
+    """
+    count = len(lengths)
     present = lengths >= 0
-    sizes = np.where(present, lengths, 0)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(sizes, out=offsets[1:])
-    data = _gather(buf, starts, sizes)
-    null_count = len(lengths) - int(np.count_nonzero(present))
+    sizes = np.where(present, lengths, 0).astype(np.int32)
+    views = np.zeros((count, 4), dtype=np.int32)  # length, then prefix / buffer index / offset, or 12 inline bytes
+    views[:, 0] = sizes
+    leading = buf[starts[:, None] + np.arange(_VIEW_INLINE_BYTES)]  # buf is padded, so this never runs off its end
+    short = sizes <= _VIEW_INLINE_BYTES
+    leading[short] *= np.arange(_VIEW_INLINE_BYTES) < sizes[short, None]  # inline values are zero-padded
+    views[:, 1:] = leading.view(np.int32)
+    long_rows = ~short
+    views[long_rows, 2] = 0
+    views[long_rows, 3] = starts[long_rows]
+    null_count = count - int(np.count_nonzero(present))
     validity = pa.py_buffer(np.packbits(present, bitorder="little")) if null_count else None
-    return pa.Array.from_buffers(
-        arrow_type, len(lengths), [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=null_count
+    view_type = pa.string_view() if arrow_type == pa.string() else pa.binary_view()
+    viewed = pa.Array.from_buffers(
+        view_type, count, [validity, pa.py_buffer(views), pa.py_buffer(buf)], null_count=null_count
     )
+    return viewed.cast(arrow_type)
 
 
 def _decode_group(group: list[_Section], records: RecordRange, object_key: str) -> pa.RecordBatch:
@@ -270,7 +311,7 @@ def _decode_group(group: list[_Section], records: RecordRange, object_key: str) 
         section_begins.append(begin)
         joined += section.data
         _find_record_starts(joined, begin, section, object_key, starts)
-    joined += _VARINT_PADDING
+    joined += _BUFFER_PADDING
     buf = np.frombuffer(joined, dtype=np.uint8)
     counts = np.array([section.header.records_count for section in group], dtype=np.int64)
     rows = len(starts)

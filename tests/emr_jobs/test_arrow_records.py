@@ -232,3 +232,30 @@ def test_a_header_key_that_is_not_utf8_is_an_error() -> None:
     batch[key_at] = 0xFF
     with pytest.raises(CorruptSegmentError, match="record 0"):
         decode([recrc(batch)])
+
+
+@pytest.mark.parametrize(
+    ("length_byte", "reason"),
+    [(0x03, "record 1: negative record length"), (0x7E, "record 2: starts past the end"), (0x10, "3 records take")],
+)
+def test_a_bad_record_length_is_reported_with_the_record_and_byte(length_byte: int, reason: str) -> None:
+    batch = bytearray(build_batch([SimpleRecord(value=b"a"), SimpleRecord(value=b"b"), SimpleRecord(value=b"c")]))
+    record_size = 8  # length byte + 7: attributes, timestamp, offset delta, null key, value length, value, headers
+    batch[61 + record_size] = length_byte  # record 1's length
+    with pytest.raises(CorruptSegmentError, match=reason) as raised:
+        decode([recrc(batch)], stream_position=100)
+    if "negative" in reason:
+        assert raised.value.position == 100 + 61 + record_size
+
+
+def test_a_bad_record_in_a_compressed_batch_names_its_place_in_the_decompressed_records() -> None:
+    from broker_core.records.compression import compress
+
+    records = bytearray(build_batch([SimpleRecord(value=b"a"), SimpleRecord(value=b"b")])[61:])
+    records[8] = 0x03  # record 1: negative length
+    payload = compress(Compression.LZ4, bytes(records))
+    header = bytearray(build_batch([SimpleRecord(value=b"a"), SimpleRecord(value=b"b")], compression=Compression.LZ4)[:61])
+    struct.pack_into(">i", header, 8, 61 - 12 + len(payload))
+    with pytest.raises(CorruptSegmentError, match="at byte 8 of the decompressed records") as raised:
+        decode([recrc(header + payload)])
+    assert raised.value.position == 61
