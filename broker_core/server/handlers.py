@@ -287,9 +287,9 @@ class RequestHandlers:
                     response["error_code"] = ErrorCode.unknown_topic_or_partition
                 elif partition is None or not partition.is_leader:
                     response["error_code"] = ErrorCode.not_leader_or_follower
-                elif 0 <= p.current_leader_epoch < partition.leader_epoch:
+                elif 0 <= getattr(p, "current_leader_epoch", -1) < partition.leader_epoch:  # field since Fetch v9
                     response["error_code"] = ErrorCode.fenced_leader_epoch
-                elif p.current_leader_epoch > partition.leader_epoch:
+                elif getattr(p, "current_leader_epoch", -1) > partition.leader_epoch:
                     response["error_code"] = ErrorCode.unknown_leader_epoch
                 if response["error_code"] != ErrorCode.none:
                     had_error = True
@@ -362,7 +362,7 @@ class RequestHandlers:
                 if partition is None or not partition.is_leader:
                     result["error_code"] = ErrorCode.not_leader_or_follower
                     continue
-                if 0 <= p.current_leader_epoch < partition.leader_epoch:
+                if 0 <= getattr(p, "current_leader_epoch", -1) < partition.leader_epoch:  # field since ListOffsets v4
                     result["error_code"] = ErrorCode.fenced_leader_epoch
                     continue
                 upper = partition.log_end_offset if body.replica_id >= 0 else partition.high_watermark
