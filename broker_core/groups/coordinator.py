@@ -42,7 +42,8 @@ from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import build_entity, response_class
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
-from .group import ConsumerGroup, GroupState, Member, join_error, sync_error
+from .group import ConsumerGroup, GroupState, Member, join_error, offset_expired, sync_error
+from .lease import LeaseObserver
 from .store import NO_HOLDER, CommittedOffset, GroupLease, GroupStore, StoredGroup, wall_clock_ms
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class GroupCoordinator:
         self.store = GroupStore(broker.config.aws)
         self.lease_duration_ms = self.config.get_int("broker.session.timeout.ms")
         self.groups: dict[str, ConsumerGroup] = {}
-        self._observations: dict[str, tuple[tuple[int, int, int], float]] = {}
+        self._observer = LeaseObserver()
         self._acquiring: dict[str, tuple[asyncio.Lock, int]] = {}
         self._tasks: list[asyncio.Task] = []
         self._executor: ThreadPoolExecutor | None = None
@@ -202,7 +203,7 @@ class GroupCoordinator:
             stored = await self._io(self.store.read_group, group_id)
             if stored is None:
                 lease = await self._io(self.store.create_lease, group_id, self.broker_id, self.lease_duration_ms)
-            elif stored.lease.holder in (NO_HOLDER, self.broker_id) or self._lapsed(stored.lease, sent_at):
+            elif stored.lease.holder in (NO_HOLDER, self.broker_id) or self._observer.lapsed(stored.lease, sent_at):
                 # Free, released, lapsed, or left by an earlier run of this broker (which is dead:
                 # the broker registration fences it): take it with a write conditional on what we saw.
                 lease = await self._io(self.store.take_lease, stored.lease, self.broker_id, self.lease_duration_ms)
@@ -211,20 +212,12 @@ class GroupCoordinator:
                 live = {b.broker_id for b in self.broker.image.live_brokers()}
                 return (ErrorCode.none, holder) if holder in live else (ErrorCode.coordinator_not_available, -1)
             if lease is not None:
-                self._observations.pop(group_id, None)
+                self._observer.forget(group_id)
                 log.info("broker %d coordinates group %s at epoch %d", self.broker_id, group_id,
                          lease.coordinator_epoch)
                 await self._load(lease, sent_at)
                 return ErrorCode.none, self.broker_id
         return ErrorCode.coordinator_not_available, -1
-
-    def _lapsed(self, lease: GroupLease, now: float) -> bool:
-        """Whether ``lease`` has shown no sign of life for a whole lease duration on our clock."""
-        seen = self._observations.get(lease.group_id)
-        if seen is None or seen[0] != lease.observation:
-            self._observations[lease.group_id] = (lease.observation, now)
-            return False
-        return (now - seen[1]) * 1000 >= lease.lease_duration_ms
 
     async def _load(self, lease: GroupLease, acquired_at: float) -> None:
         group = ConsumerGroup(group_id=lease.group_id, coordinator_epoch=lease.coordinator_epoch,
@@ -872,7 +865,7 @@ class GroupCoordinator:
                     continue
                 now_ms = wall_clock_ms()
                 expired = [key for key, committed in group.offsets.items()
-                           if self._offset_expired(group, committed, now_ms, retention_ms)]
+                           if offset_expired(group, committed, now_ms, retention_ms)]
                 try:
                     if expired:
                         log.info("group %s: %d committed offsets expired", group.group_id, len(expired))
@@ -884,12 +877,3 @@ class GroupCoordinator:
                         self._unload(group)
                 except (CoordinatorFencedError, GroupStoreUnavailableError) as exc:
                     await self._lost(group, exc)
-
-    @staticmethod
-    def _offset_expired(group: ConsumerGroup, committed: CommittedOffset, now_ms: int, retention_ms: int) -> bool:
-        if committed.expire_timestamp_ms is not None:
-            return now_ms >= committed.expire_timestamp_ms
-        # A consumer group's offsets age from when it became empty; a standalone committer's
-        # (no protocol type: it never joined) from each commit.
-        base = group.state_timestamp_ms if group.protocol_type else committed.commit_timestamp_ms
-        return now_ms - max(base, 0) >= retention_ms

@@ -286,3 +286,17 @@ class ConsumerGroup:
                 for m in self.members.values()
             ],
         }
+
+
+def offset_expired(group: ConsumerGroup, committed: CommittedOffset, now_ms: int, retention_ms: int) -> bool:
+    """Whether an offset of an Empty ``group`` has outlived its retention, by Kafka's rules (KIP-211).
+
+    An offset committed with an explicit retention (OffsetCommit v2-v4) expires at its own
+    timestamp. Otherwise a consumer group's offsets age from when the group became empty, and a
+    standalone committer's (no protocol type: it never joined) from each commit. Groups with
+    members keep their offsets; the caller only asks about Empty groups.
+    """
+    if committed.expire_timestamp_ms is not None:
+        return now_ms >= committed.expire_timestamp_ms
+    base = group.state_timestamp_ms if group.protocol_type else committed.commit_timestamp_ms
+    return now_ms - max(base, 0) >= retention_ms
