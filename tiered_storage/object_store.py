@@ -82,8 +82,8 @@ class RetryPolicy:
 class UploadTuning:
     """When an upload goes multipart, how big its parts are and how many are in flight at once."""
 
-    multipart_threshold_bytes: int = 64 * MIB
-    part_bytes: int = 16 * MIB
+    multipart_threshold_bytes: int = 32 * MIB
+    part_bytes: int = 8 * MIB
     part_concurrency: int = 4
 
     def __post_init__(self) -> None:

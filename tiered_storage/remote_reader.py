@@ -3,13 +3,18 @@
 When a consumer asks a tiered partition's leader for an offset its local log no longer holds, the
 broker finds the remote segment holding it in the partition's COPY_FINISHED manifest rows (cached,
 never an S3 listing), maps the offset to a byte position with the segment's ".indexes" object
-(cached), and range-GETs from there: one GET covers the stretch up to the next index entry (where
-the wanted batch must start) plus ``max_bytes``. It returns exactly what the local log's `read`
-would have: whole batches from the one holding the offset, within one segment, within
-``max_bytes`` except that with ``min_one_batch`` the first batch comes whole. After each read the
-next range (the rest of the segment from where the read stopped, or the start of the next segment)
-is fetched in the background, so a consumer reading history sequentially finds its next fetch
-already in memory.
+(cached), and range-GETs from there. It returns exactly what the local log's `read` would have:
+whole batches from the one holding the offset, within one segment, within ``max_bytes`` except
+that with ``min_one_batch`` the first batch comes whole.
+
+Object stores charge a fixed latency per request (tens of milliseconds on S3, and on moto), so
+the reader does not issue one small GET per fetch. Each partition being read has a read window on
+its current segment: ranges of ``chunk_bytes`` (at least the fetch's ``max_bytes``) fetched as
+tasks, with ``readahead_chunks`` more always in flight beyond the last byte served. A consumer
+reading history sequentially finds its next fetch already in memory (its offset is where the
+previous read stopped, so not even an index lookup is needed), and at the end of a segment the
+first range of the next segment is already on its way. Memory is bounded by ``max_windows``
+windows of ``(1 + readahead_chunks)`` chunks.
 
 Thread-safety: a RemoteLogReader belongs to the broker's event loop; its coroutines may run
 concurrently. Manifest queries run in worker threads.
@@ -23,7 +28,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker_core.log.errors import OffsetOutOfRangeError
 from broker_core.records.batch import decode_batch
@@ -44,7 +49,7 @@ from tiered_storage.uploader import TieredPartition
 log = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2
-_MAX_PREFETCH_BYTES = 8 * 1024 * 1024
+MIB = 1024 * 1024
 _TIMESTAMP_SCAN_BYTES = 256 * 1024
 
 
@@ -60,19 +65,38 @@ class _PartitionSegments:
 
 
 @dataclass
-class _Prefetch:
-    segment_id: str
-    position: int
-    first_offset: int
+class _Chunk:
+    """Bytes [start, start + length) of a segment object, being fetched or fetched."""
+
+    start: int
+    length: int
     task: asyncio.Task[bytes]
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+
+@dataclass
+class _ReadWindow:
+    """A partition's read-ahead over one remote segment, and where its last read stopped."""
+
+    segment: RemoteSegment
+    chunks: list[_Chunk] = field(default_factory=list)
+    next_offset: int = -1
+    next_position: int = -1
+
+    def clear(self) -> None:
+        # Tasks are dropped, never cancelled: a concurrent read of the same range may be awaiting one.
+        self.chunks.clear()
 
 
 @dataclass
 class RemoteReadStats:
-    """Counters for the bench and logs: GETs issued and prefetches used."""
+    """Counters for the bench and logs."""
 
     range_gets: int = 0
-    prefetch_hits: int = 0
+    window_hits: int = 0
     indexes_loaded: int = 0
     bytes_read: int = 0
 
@@ -94,18 +118,24 @@ class RemoteLogReader:
         *,
         segments_ttl_s: float = 10.0,
         indexes_cache_entries: int = 1024,
-        prefetch_partitions: int = 256,
+        chunk_bytes: int = 4 * MIB,
+        readahead_chunks: int = 1,
+        max_windows: int = 32,
     ) -> None:
         self.manifest = manifest
         self.objects = objects
         self.is_tiered = is_tiered
         self.segments_ttl_s = segments_ttl_s
+        self.chunk_bytes = chunk_bytes
+        self.readahead_chunks = readahead_chunks
         self.stats = RemoteReadStats()
         self._segments: dict[tuple[str, int], _PartitionSegments] = {}
         self._indexes: OrderedDict[str, SegmentIndexes] = OrderedDict()
         self._indexes_cache_entries = indexes_cache_entries
-        self._prefetch: OrderedDict[tuple[str, int], _Prefetch] = OrderedDict()
-        self._prefetch_partitions = prefetch_partitions
+        # Keyed by (topic id, partition, segment id): a partition has one window per segment it is
+        # reading, normally its current one and the next one being read ahead.
+        self._windows: OrderedDict[tuple[str, int, str], _ReadWindow] = OrderedDict()
+        self._max_windows = max_windows
 
     # -- manifest cache ----------------------------------------------------------------------
 
@@ -195,6 +225,7 @@ class RemoteLogReader:
                     partition, segment, max(offset, segment.base_offset), max_bytes, min_one_batch
                 )
             except ObjectStoreError as err:
+                self._drop_window(partition, segment)
                 if attempt == 0 and _is_missing(err):
                     # Retention may have deleted the segment since the list was cached: look again.
                     self.invalidate(partition)
@@ -210,10 +241,12 @@ class RemoteLogReader:
         max_bytes: int,
         min_one_batch: bool,
     ) -> bytes:
-        key = (partition.topic_id, partition.index)
-        prefetched = await self._take_prefetch(key, segment, offset)
-        if prefetched is not None:
-            start_position, buffer = prefetched
+        window = self._window(partition, segment)
+        if window.next_offset == offset:
+            # Where the previous read stopped: the batch holding `offset` starts right there.
+            self.stats.window_hits += 1
+            start_position = window.next_position
+            must_start_by = start_position
         else:
             indexes = await self._indexes_for(segment)
             start_position = indexes.position_for_offset(offset)
@@ -222,19 +255,22 @@ class RemoteLogReader:
             must_start_by = (
                 indexes.positions[following] if following < len(indexes.positions) else segment.size_bytes
             )
-            end = min(segment.size_bytes, must_start_by + max(max_bytes, HEADER_SIZE))
-            buffer = await self._get(segment, start_position, end - start_position)
-        buffer = bytearray(buffer)
+        size = segment.size_bytes
+        buffer = bytearray(
+            await self._window_bytes(
+                window, start_position, min(size, must_start_by + max(max_bytes, HEADER_SIZE))
+            )
+        )
 
         async def ensure(length: int) -> bool:
             """Make buffer hold at least ``length`` bytes (from start_position) if the segment has them."""
             have = len(buffer)
             if have >= length:
                 return True
-            if start_position + have >= segment.size_bytes:
+            if start_position + have >= size:
                 return False
-            want = min(segment.size_bytes - start_position, max(length, have + max_bytes)) - have
-            buffer.extend(await self._get(segment, start_position + have, want))
+            end = min(size, start_position + max(length, have + max_bytes))
+            buffer.extend(await self._window_bytes(window, start_position + have, end))
             return len(buffer) >= length
 
         position = 0
@@ -251,8 +287,8 @@ class RemoteLogReader:
         limit = first_position + max(max_bytes, first.size)
         stop = first_position
         next_offset = first.base_offset
-        # Every batch that fits below `limit` is already in the buffer (it was fetched up to there),
-        # so the walk issues no GET except for a first batch larger than the buffer.
+        # Every batch that fits below `limit` is already in the buffer (it was read up to there),
+        # so the walk reads more only for a first batch larger than the buffer.
         while stop + HEADER_SIZE <= limit:
             if not await ensure(stop + HEADER_SIZE):
                 break
@@ -265,9 +301,10 @@ class RemoteLogReader:
                 )
             stop += header.size
             next_offset = header.next_offset
+        window.next_offset, window.next_position = next_offset, start_position + stop
+        self._read_ahead(partition, window, start_position + stop, max_bytes)
         data = bytes(buffer[first_position:stop])
         self.stats.bytes_read += len(data)
-        self._start_prefetch(partition, segment, start_position + stop, next_offset, max_bytes)
         return data
 
     def _parse(self, buffer: bytearray, position: int, segment: RemoteSegment, base: int) -> BatchHeader:
@@ -280,60 +317,76 @@ class RemoteLogReader:
         self.stats.range_gets += 1
         return await self.objects.get_range(segment.log_key, position, length)
 
-    # -- prefetch ----------------------------------------------------------------------------
+    # -- read windows ------------------------------------------------------------------------
 
-    async def _take_prefetch(
-        self, key: tuple[str, int], segment: RemoteSegment, offset: int
-    ) -> tuple[int, bytes] | None:
-        """The prefetched range starting at ``offset`` of ``segment``, if one was started; awaits it."""
-        prefetch = self._prefetch.get(key)
-        if prefetch is None or prefetch.segment_id != segment.segment_id or prefetch.first_offset != offset:
-            return None
-        del self._prefetch[key]
-        try:
-            data = await prefetch.task
-        except (ObjectStoreError, RemoteStorageError):
-            return None
-        self.stats.prefetch_hits += 1
-        return prefetch.position, data
-
-    def _start_prefetch(
-        self,
-        partition: TieredPartition,
-        segment: RemoteSegment,
-        position: int,
-        next_offset: int,
-        max_bytes: int,
-    ) -> None:
-        key = (partition.topic_id, partition.index)
-        old = self._prefetch.pop(key, None)
-        if old is not None and not old.task.done():
-            old.task.cancel()
-        length = min(max(max_bytes, HEADER_SIZE), _MAX_PREFETCH_BYTES)
-        if position < segment.size_bytes:
-            target, start = segment, position
+    def _window(self, partition: TieredPartition, segment: RemoteSegment) -> _ReadWindow:
+        key = (partition.topic_id, partition.index, segment.segment_id)
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _ReadWindow(segment)
+            while len(self._windows) > self._max_windows:
+                _, evicted = self._windows.popitem(last=False)
+                evicted.clear()
         else:
-            cached = self._segments.get(key)
-            if cached is None:
-                return
-            number = bisect.bisect_right(cached.base_offsets, segment.base_offset)
-            if number >= len(cached.segments) or cached.segments[number].base_offset != next_offset:
-                return
-            target, start = cached.segments[number], 0
-        length = min(length, target.size_bytes - start)
-        task = asyncio.create_task(
-            self._prefetch_range(target, start, length), name=f"prefetch {target.log_key}"
-        )
-        task.add_done_callback(_consume_exception)
-        self._prefetch[key] = _Prefetch(target.segment_id, start, next_offset, task)
-        while len(self._prefetch) > self._prefetch_partitions:
-            _, evicted = self._prefetch.popitem(last=False)
-            evicted.task.cancel()
+            self._windows.move_to_end(key)
+        return window
 
-    async def _prefetch_range(self, segment: RemoteSegment, start: int, length: int) -> bytes:
-        if start == 0:
-            await self._indexes_for(segment)
-        return await self._get(segment, start, length)
+    def _drop_window(self, partition: TieredPartition, segment: RemoteSegment) -> None:
+        window = self._windows.pop((partition.topic_id, partition.index, segment.segment_id), None)
+        if window is not None:
+            window.clear()
+
+    def _chunk(self, segment: RemoteSegment, start: int, length: int) -> _Chunk:
+        length = min(length, segment.size_bytes - start)
+        task = asyncio.create_task(self._get(segment, start, length), name=f"range {segment.log_key}@{start}")
+        task.add_done_callback(_consume_exception)
+        return _Chunk(start, length, task)
+
+    async def _window_bytes(self, window: _ReadWindow, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the window's segment, from its chunks, fetching what they lack."""
+        if end <= start:
+            return b""
+        kept = [chunk for chunk in window.chunks if chunk.end > start]
+        if not kept or kept[0].start > start:
+            kept = [self._chunk(window.segment, start, max(end - start, self.chunk_bytes))]
+        while kept[-1].end < end:
+            kept.append(self._chunk(window.segment, kept[-1].end, max(end - kept[-1].end, self.chunk_bytes)))
+        window.chunks = kept
+        parts = []
+        for chunk in kept:
+            if chunk.start >= end:
+                break
+            data = await asyncio.shield(chunk.task)
+            parts.append(memoryview(data)[max(0, start - chunk.start) : end - chunk.start])
+        return b"".join(parts)
+
+    def _read_ahead(
+        self, partition: TieredPartition, window: _ReadWindow, position: int, max_bytes: int
+    ) -> None:
+        """Keep ``readahead_chunks`` ranges in flight beyond ``position``; at the segment's end, start
+        the next segment's first range."""
+        segment = window.segment
+        chunk_bytes = max(self.chunk_bytes, max_bytes)
+        if position < segment.size_bytes:
+            ahead = sum(1 for chunk in window.chunks if chunk.start >= position)
+            while ahead < self.readahead_chunks and (
+                not window.chunks or window.chunks[-1].end < segment.size_bytes
+            ):
+                start = window.chunks[-1].end if window.chunks else position
+                window.chunks.append(self._chunk(segment, start, chunk_bytes))
+                ahead += 1
+            return
+        cached = self._segments.get((partition.topic_id, partition.index))
+        if cached is None:
+            return
+        number = bisect.bisect_right(cached.base_offsets, segment.base_offset)
+        if number >= len(cached.segments) or cached.segments[number].base_offset != window.next_offset:
+            return
+        following = self._window(partition, cached.segments[number])
+        if not following.chunks:
+            following.next_offset, following.next_position = window.next_offset, 0
+            following.chunks.append(self._chunk(following.segment, 0, chunk_bytes))
+        self._drop_window(partition, segment)
 
     # -- list offsets ------------------------------------------------------------------------
 

@@ -9,7 +9,13 @@ and default, 30 s) it visits each hosted replica of a topic with ``remote.storag
   manifest says are in S3;
 - on a follower, only local retention runs, against the remote end offset in the manifest.
 
-At most ``remote.log.manager.copier.thread.pool.size`` partitions are visited at once. A failure
+At most ``remote.log.manager.copier.thread.pool.size`` partitions are visited at once, each with up
+to ``remote.log.upload.segments.in.flight`` segments being sent; a segment below
+``remote.log.s3.multipart.threshold.bytes`` goes up in one PutObject (its bytes in memory while it
+is sent), a larger one in parts of ``remote.log.s3.multipart.part.bytes``,
+``remote.log.s3.multipart.concurrency`` at a time. Remote reads fetch ranges of
+``remote.log.reader.chunk.bytes`` with ``remote.log.reader.readahead.chunks`` more in flight
+(see `tiered_storage.remote_reader`). A failure
 in one partition (S3 or DynamoDB down) is logged and retried on the next visit; local data is
 never deleted because of it. The service also hands the Fetch and ListOffsets handlers its
 `RemoteLogReader` (``handlers.remote_reader``). Everything runs on the broker's event loop; S3
@@ -46,9 +52,12 @@ log = logging.getLogger(__name__)
 TIERING_DEFAULTS: dict[str, str] = {
     "remote.log.manager.task.interval.ms": "30000",
     "remote.log.manager.copier.thread.pool.size": "4",
-    "remote.log.s3.multipart.threshold.bytes": str(64 * 1024 * 1024),
-    "remote.log.s3.multipart.part.bytes": str(16 * 1024 * 1024),
+    "remote.log.upload.segments.in.flight": "2",
+    "remote.log.s3.multipart.threshold.bytes": str(32 * 1024 * 1024),
+    "remote.log.s3.multipart.part.bytes": str(8 * 1024 * 1024),
     "remote.log.s3.multipart.concurrency": "4",
+    "remote.log.reader.chunk.bytes": str(4 * 1024 * 1024),
+    "remote.log.reader.readahead.chunks": "1",
 }
 
 _FAILURES = (ObjectStoreError, ManifestError, RemoteStorageError, MetadataError, OSError)
@@ -74,6 +83,7 @@ class TieringService:
         self.broker = broker
         overrides = broker.config.overrides
         self.interval_s = tiering_setting(overrides, "remote.log.manager.task.interval.ms") / 1000
+        self.segments_in_flight = tiering_setting(overrides, "remote.log.upload.segments.in.flight")
         self.manifest = ManifestStore(broker.config.aws)
         self.objects = SegmentObjectStore(
             broker.config.aws,
@@ -85,7 +95,13 @@ class TieringService:
                 part_concurrency=tiering_setting(overrides, "remote.log.s3.multipart.concurrency"),
             ),
         )
-        self.reader = RemoteLogReader(self.manifest, self.objects, self._topic_is_tiered)
+        self.reader = RemoteLogReader(
+            self.manifest,
+            self.objects,
+            self._topic_is_tiered,
+            chunk_bytes=tiering_setting(overrides, "remote.log.reader.chunk.bytes"),
+            readahead_chunks=tiering_setting(overrides, "remote.log.reader.readahead.chunks"),
+        )
         self._limiter = asyncio.Semaphore(
             tiering_setting(overrides, "remote.log.manager.copier.thread.pool.size")
         )

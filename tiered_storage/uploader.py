@@ -29,7 +29,8 @@ import asyncio
 import logging
 import os
 import struct
-from collections.abc import Callable, Coroutine, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -176,18 +177,11 @@ def scan_slice_indexes(
     return SliceIndexes(b"".join(offset_entries), b"".join(time_entries), max_timestamp)
 
 
-async def _together(*coroutines: Coroutine[Any, Any, Any]) -> None:
-    """Run coroutines concurrently; if one fails the others are cancelled and its exception is raised."""
-    try:
-        async with asyncio.TaskGroup() as group:
-            for coroutine in coroutines:
-                group.create_task(coroutine)
-    except BaseExceptionGroup as group_error:
-        raise group_error.exceptions[0] from None
-
-
 class PartitionUploader:
     """Uploads one led partition's ready segments for one leadership term (one leader epoch).
+
+    At most ``segments_in_flight`` segments are read and sent at once; each holds its bytes in
+    memory while it is sent (up to the multipart threshold, or the parts in flight beyond it).
 
     ``on_change`` is called after every manifest change this uploader makes (commit or deletion),
     so the remote reader's cache of the partition's segments can be refreshed.
@@ -200,11 +194,13 @@ class PartitionUploader:
         objects: SegmentObjectStore,
         *,
         on_change: Callable[[TieredPartition], None] | None = None,
+        segments_in_flight: int = 2,
     ) -> None:
         self.partition = partition
         self.manifest = manifest
         self.objects = objects
         self.leader_epoch = partition.leader_epoch
+        self.segments_in_flight = segments_in_flight
         self.remote_end_offset = -1
         self._on_change = on_change
         self._prepared = False
@@ -277,27 +273,60 @@ class PartitionUploader:
         return True
 
     async def run_once(self) -> list[RemoteSegment]:
-        """Upload every ready segment, oldest first, while still leading; return the committed rows.
+        """Upload every ready segment while still leading; return the committed rows, oldest first.
 
-        Stops at the first failure, raising it (ObjectStoreError, ManifestError); the next run resumes.
+        Up to ``segments_in_flight`` segments upload at once (the next ones are read and sent while
+        the oldest commits), but commits happen strictly in offset order, as the head item
+        requires. Stops at the first failure, raising it (ObjectStoreError, ManifestError); uploads
+        still in flight are then fenced and cleaned, and the next run resumes from the manifest.
         """
         if not self._prepared:
             await self.prepare()
         elif self._to_clean:
             await self._clean_leftovers()
-        committed = []
-        while self.still_leading:
-            candidate = next_candidate(
-                self.partition.log, self.partition.high_watermark, self.remote_end_offset
-            )
-            if candidate is None:
-                break
-            row = await self._upload(candidate)
-            if row is not None:
-                committed.append(row)
+        committed: list[RemoteSegment] = []
+        in_flight: deque[asyncio.Task[RemoteSegment | None]] = deque()
+        planned_end = self.remote_end_offset
+        try:
+            while self.still_leading:
+                while len(in_flight) < self.segments_in_flight:
+                    candidate = next_candidate(self.partition.log, self.partition.high_watermark, planned_end)
+                    if candidate is None:
+                        break
+                    in_flight.append(asyncio.create_task(self._copy(candidate)))
+                    planned_end = candidate.end_offset
+                if not in_flight:
+                    break
+                row = await in_flight.popleft()
+                if row is None:
+                    # The segment left the log before it could be read: plan again from what is committed.
+                    await self._cancel(in_flight)
+                    planned_end = self.remote_end_offset
+                    continue
+                finished = await self._commit(row)
+                if finished is None:
+                    await self._cancel(in_flight)
+                    planned_end = self.remote_end_offset
+                    continue
+                committed.append(finished)
+        finally:
+            await asyncio.shield(self._cancel(in_flight))
         return committed
 
-    async def _upload(self, candidate: UploadCandidate) -> RemoteSegment | None:
+    async def _cancel(self, in_flight: deque[asyncio.Task[RemoteSegment | None]]) -> None:
+        """Stop uploads still in flight and fence and clean those that finished uncommitted."""
+        while in_flight:
+            task = in_flight.popleft()
+            task.cancel()
+            try:
+                row = await task
+            except (asyncio.CancelledError, Exception):
+                continue  # _copy cleaned up after itself
+            if row is not None:
+                await self._give_up(row)
+
+    async def _copy(self, candidate: UploadCandidate) -> RemoteSegment | None:
+        """COPY_STARTED row, then both objects; the uploaded (uncommitted) row, None if the segment is gone."""
         partition = self.partition
         segment = candidate.segment
         if segment.fd < 0:
@@ -316,11 +345,8 @@ class PartitionUploader:
                     candidate.base_offset,
                     partition.log.config.index_interval_bytes,
                 )
-                offset_index, time_index, max_timestamp = (
-                    scanned.offset_index,
-                    scanned.time_index,
-                    scanned.max_timestamp,
-                )
+                offset_index, time_index = scanned.offset_index, scanned.time_index
+                max_timestamp = scanned.max_timestamp
             epochs = segment_epochs(
                 partition.log.leader_epochs.entries, candidate.base_offset, candidate.end_offset
             )
@@ -339,26 +365,33 @@ class PartitionUploader:
                 epoch_entries=epochs,
             )
             try:
-                await _together(
-                    self.objects.upload_file_range(row.log_key, fd, candidate.position, candidate.length),
-                    self.objects.put_bytes(row.indexes_key, indexes),
-                )
-                finished = await self._manifest(self.manifest.finish_copy, row)
-            except SegmentCommitRejectedError as err:
-                log.info("segment %s not committed: %s", row.segment_id, err)
-                await self._give_up(row)
-                head = await self._manifest(self.manifest.partition_head, partition.topic_id, partition.index)
-                self.remote_end_offset = -1 if head is None else head.end_offset
-                return None
-            except ManifestUnavailableError:
-                # The commit may have happened: only a fresh look at the manifest can tell.
-                self._prepared = False
-                raise
+                await self.objects.put_bytes(row.indexes_key, indexes)
+                await self.objects.upload_file_range(row.log_key, fd, candidate.position, candidate.length)
             except BaseException:
                 await asyncio.shield(self._give_up(row))
                 raise
+            return row
         finally:
             os.close(fd)
+
+    async def _commit(self, row: RemoteSegment) -> RemoteSegment | None:
+        """COPY_STARTED -> COPY_FINISHED; None (row fenced and cleaned) if the head refused it."""
+        partition = self.partition
+        try:
+            finished = await self._manifest(self.manifest.finish_copy, row)
+        except SegmentCommitRejectedError as err:
+            log.info("segment %s not committed: %s", row.segment_id, err)
+            await self._give_up(row)
+            head = await self._manifest(self.manifest.partition_head, partition.topic_id, partition.index)
+            self.remote_end_offset = -1 if head is None else head.end_offset
+            return None
+        except ManifestUnavailableError:
+            # The commit may have happened: only a fresh look at the manifest can tell.
+            self._prepared = False
+            raise
+        except BaseException:
+            await asyncio.shield(self._give_up(row))
+            raise
         self.remote_end_offset = finished.end_offset
         log.info(
             "tiered %s-%d [%d, %d] (%d bytes) as segment %s",

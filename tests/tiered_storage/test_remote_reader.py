@@ -29,12 +29,13 @@ def with_reader(
     manifest: ManifestStore,
     settings: AwsSettings,
     work: Callable[[RemoteLogReader], Awaitable[T]],
+    **reader_options: int,
 ) -> T:
     """Tier the leader's ready segments, then run ``work`` with a reader of them."""
 
     async def run() -> T:
         async with SegmentObjectStore(settings) as objects:
-            reader = RemoteLogReader(manifest, objects, lambda topic: True)
+            reader = RemoteLogReader(manifest, objects, lambda topic: True, **reader_options)
             await PartitionUploader(leader, manifest, objects, on_change=reader.invalidate).run_once()
             return await work(reader)
 
@@ -48,8 +49,17 @@ def tiered(leader: LeaderPartition) -> LeaderPartition:
     return leader
 
 
+# Small chunks make reads span several ranges and read-ahead cross segment ends.
+READER_SHAPES = [{}, {"chunk_bytes": 2500, "readahead_chunks": 2}]
+
+
+@pytest.mark.parametrize("reader_options", READER_SHAPES)
 def test_every_remote_read_returns_the_bytes_the_local_log_returns(
-    tiered: LeaderPartition, manifest: ManifestStore, aws_settings: AwsSettings, bucket: str
+    tiered: LeaderPartition,
+    manifest: ManifestStore,
+    aws_settings: AwsSettings,
+    bucket: str,
+    reader_options: dict[str, int],
 ) -> None:
     log = tiered.log
     remote_end = log.segments[-2].next_offset
@@ -69,36 +79,43 @@ def test_every_remote_read_returns_the_bytes_the_local_log_returns(
         assert log.log_start_offset == remote_end
         return read_all(reader)
 
-    got = with_reader(tiered, manifest, aws_settings, work)
+    got = with_reader(tiered, manifest, aws_settings, work, **reader_options)
     mismatches = [(case, len(a), len(b)) for case, a, b in zip(cases, expected, got, strict=True) if a != b]
     assert mismatches == []
     assert any(expected)
 
 
-def test_a_sequential_consumer_reads_every_offset_once_through_prefetched_ranges(
-    tiered: LeaderPartition, manifest: ManifestStore, aws_settings: AwsSettings, bucket: str
+@pytest.mark.parametrize("reader_options", READER_SHAPES)
+def test_concurrent_sequential_consumers_each_read_every_offset_once_in_order(
+    tiered: LeaderPartition,
+    manifest: ManifestStore,
+    aws_settings: AwsSettings,
+    bucket: str,
+    reader_options: dict[str, int],
 ) -> None:
     log = tiered.log
     remote_end = log.segments[-2].next_offset
 
-    async def consume(reader: RemoteLogReader) -> tuple[list[int], int]:
+    async def consume(reader: RemoteLogReader, start: int, max_bytes: int) -> list[int]:
         offsets: list[int] = []
-        offset = 0
+        offset = start
         while offset < remote_end:
-            data = await reader.read(tiered, offset, 3000, min_one_batch=True)
+            data = await reader.read(tiered, offset, max_bytes, min_one_batch=True)
             for _, header in iter_headers(data, check_crc=True):
-                offsets.extend(range(header.base_offset, header.next_offset))
+                offsets.extend(range(max(offset, header.base_offset), header.next_offset))
             offset = offsets[-1] + 1
-            await asyncio.sleep(0.01)
-        return offsets, reader.stats.prefetch_hits
+            await asyncio.sleep(0)
+        return offsets
 
-    def work(reader: RemoteLogReader) -> Awaitable[tuple[list[int], int]]:
+    async def two_consumers(reader: RemoteLogReader) -> tuple[list[int], list[int], int]:
         apply_local_retention(log, remote_end - 1, LOCAL_RETENTION_ZERO, now_ms=2**62)
-        return consume(reader)
+        first, second = await asyncio.gather(consume(reader, 0, 3000), consume(reader, 13, 7000))
+        return first, second, reader.stats.window_hits
 
-    offsets, prefetch_hits = with_reader(tiered, manifest, aws_settings, work)
-    assert offsets == list(range(remote_end))
-    assert prefetch_hits > 0
+    first, second, window_hits = with_reader(tiered, manifest, aws_settings, two_consumers, **reader_options)
+    assert first == list(range(remote_end))
+    assert second == list(range(13, remote_end))
+    assert window_hits > 0
 
 
 def test_an_offset_below_the_remote_log_start_is_out_of_range(
