@@ -93,6 +93,7 @@ class GroupCoordinator:
         self._acquiring: dict[str, tuple[asyncio.Lock, int]] = {}
         self._tasks: list[asyncio.Task] = []
         self._executor: ThreadPoolExecutor | None = None
+        self._stopped = False
 
     # service ------------------------------------------------------------------------------------
 
@@ -129,9 +130,13 @@ class GroupCoordinator:
                 *(self._io(self.store.release_lease, g.group_id, self.broker_id, g.coordinator_epoch) for g in held),
                 return_exceptions=True,
             )
+            self._stopped = True
             self._executor.shutdown(wait=False)
 
     async def _io(self, fn: Callable[..., _R], *args: Any) -> _R:
+        """Run a GroupStore call on the coordinator's threads; after stop(), fail like an unreachable store."""
+        if self._executor is None or self._stopped:
+            raise GroupStoreUnavailableError("the group coordinator is not running")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
 

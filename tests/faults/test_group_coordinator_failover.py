@@ -11,6 +11,7 @@ group afterwards starts exactly at the committed offsets.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from broker_core.groups.admin import BrokerConnection, GroupAdmin
 from broker_core.groups.store import GroupStore
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
+from tests.broker_core.groups.raw_member import RawMember
 from tests.support.stack import running_stack
 
 PARTITIONS = 4
@@ -175,3 +177,19 @@ def test_killing_the_coordinator_broker_moves_the_group_and_consumption_goes_on(
     late.close()
     admin.close()
     assert sorted(seen) == sorted((p, ends[(TOPIC, p)] + i) for p in range(PARTITIONS) for i in range(2))
+
+
+def test_a_broker_stopping_gracefully_hands_its_groups_over_at_once(tmp_path: Path) -> None:
+    with running_stack(tmp_path, brokers=2) as two:
+        MetadataStore(two.aws).create_topic(TOPIC, 1, 1)
+        member = RawMember(two, GROUP)
+        assert member.find_coordinator(via=1).node_id == 1
+        wait_for(lambda: member.commit({(TOPIC, 0): 17}, generation=-1, member_id="") == {(TOPIC, 0): 0}, 20,
+                 "the topic is known and the commit lands")
+        member.close()
+        two.kill_broker(1, signal.SIGTERM)
+        # The lease was released, not left to lapse: broker 2 takes it on the first request.
+        assert member.find_coordinator(via=2).node_id == 2
+        fetched = member.fetch([(TOPIC, 0)])
+        assert fetched.topics[0].partitions[0].committed_offset == 17
+        member.close()
