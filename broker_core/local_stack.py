@@ -3,6 +3,8 @@
 Everything is a real process reached over loopback: moto serves S3 and DynamoDB over HTTP through
 the same `endpoint_url` setting production uses, and each broker is `python -m broker_core.server`.
 Once every broker answers, `stack.json` in the stack directory tells clients where things are.
+With ``http=True`` the stack also runs the front ends' local HTTP adapter (`functions.local_adapter`)
+and stack.json gains ``"http": {"url", "token"}``: the token is a fresh random bearer token.
 
 moto keeps its state in memory, so the stack saves the DynamoDB tables under its prefix and the
 bucket's objects into `<dir>/aws-state/` when it stops (and every `snapshot_interval_s` while it
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -35,6 +38,7 @@ DEFAULT_DIR = Path(".floe/local")
 STACK_FILE = "stack.json"
 _BROKER_READY_TIMEOUT_S = 60.0
 _BROKER_STOP_TIMEOUT_S = 20.0
+_HTTP_READY_TIMEOUT_S = 60.0
 
 
 class StackError(RuntimeError):
@@ -68,6 +72,10 @@ class LocalStack:
     table_prefix: str = "floe-"
     moto: MotoServer | None = None
     processes: dict[int, BrokerProcess] = field(default_factory=dict)
+    http: bool = False
+    http_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    http_process: subprocess.Popen | None = None
+    http_url: str | None = None
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).resolve()
@@ -95,12 +103,15 @@ class LocalStack:
                 self.start_broker(broker_id)
             for broker_id in self.processes:
                 self.wait_for_broker(broker_id)
+            if self.http:
+                self.start_http_adapter()
         except BaseException:
             self.stop(save_state=False)
             raise
         return self.write_stack_file()
 
     def stop(self, *, save_state: bool = True) -> None:
+        self.stop_http_adapter()
         for broker in self.processes.values():
             if broker.alive():
                 broker.process.send_signal(signal.SIGTERM)
@@ -177,6 +188,49 @@ class LocalStack:
         self.write_stack_file()
         return broker
 
+    # the front ends' local HTTP adapter ------------------------------------------------------
+
+    def start_http_adapter(self) -> str:
+        """Start `functions.local_adapter` against this stack's brokers and AWS settings; its URL."""
+        ready = self.directory / "http-ready.json"
+        ready.unlink(missing_ok=True)
+        log_path = self.directory / "logs" / "http.log"
+        environment = {
+            **os.environ,
+            "FLOE_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "FLOE_AWS_ENDPOINT_URL": self.aws.endpoint_url or "",
+            "AWS_REGION": self.region,
+            "FLOE_BUCKET": self.bucket,
+            "FLOE_TABLE_PREFIX": self.table_prefix,
+            "FLOE_HTTP_TOKEN": self.http_token,
+        }
+        command = [sys.executable, "-m", "functions.local_adapter", "--host", self.host, "--port", "0",
+                   "--ready-file", str(ready)]
+        with open(log_path, "ab") as log_file:
+            self.http_process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL, env=environment, start_new_session=True)
+        deadline = time.monotonic() + _HTTP_READY_TIMEOUT_S
+        while not ready.exists():
+            if self.http_process.poll() is not None:
+                raise StackError(f"the HTTP adapter exited during start-up; see {log_path}")
+            if time.monotonic() > deadline:
+                raise StackError(f"the HTTP adapter not ready after {_HTTP_READY_TIMEOUT_S:.0f}s; see {log_path}")
+            time.sleep(0.05)
+        self.http_url = json.loads(ready.read_text())["url"]
+        return self.http_url
+
+    def stop_http_adapter(self) -> None:
+        process, self.http_process = self.http_process, None
+        self.http_url = None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=_BROKER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
     # stack.json --------------------------------------------------------------------------------
 
     @property
@@ -184,7 +238,7 @@ class LocalStack:
         return ",".join(f"{self.host}:{b.port}" for b in self.processes.values() if b.port)
 
     def describe(self) -> dict[str, Any]:
-        return {
+        info = {
             "bootstrap_servers": self.bootstrap_servers,
             "brokers": [
                 {"id": b.broker_id, "host": self.host, "port": b.port, "pid": b.pid, "data_dir": str(b.data_dir)}
@@ -193,11 +247,15 @@ class LocalStack:
             "aws": self.aws.to_dict(),
             "moto_pid": self.moto.pid if self.moto else -1,
         }
+        if self.http_url is not None:
+            info["http"] = {"url": self.http_url, "token": self.http_token}
+        return info
 
     def write_stack_file(self) -> dict[str, Any]:
         info = self.describe()
         path = self.directory / STACK_FILE
         tmp = path.with_suffix(".tmp")
+        tmp.touch(mode=0o600)  # it may hold the HTTP adapter's bearer token
         tmp.write_text(json.dumps(info, indent=2) + "\n")
         tmp.rename(path)
         return info

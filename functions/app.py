@@ -1,0 +1,123 @@
+"""The front ends' Lambda entry point: one Powertools HTTP API resolver serving every route.
+
+``lambda_handler`` is what template.yaml's functions and the local HTTP adapter invoke with an API
+Gateway HTTP API (payload v2) event. It turns away bodies over Lambda's 6 MB request limit (413)
+before anything parses them, borrows a warm container (`functions.runtime`), and lets the resolver
+route, validate (pydantic, `enable_validation`) and answer. Errors leave as JSON in one shape
+(functions.errors): field errors 422 (400 for a body that is not JSON), refusals 4xx, an
+unreachable cluster 503. ``GET /v1/openapi.json`` serves the OpenAPI document generated from the
+routes and models. Logger, Metrics and Tracer are Powertools'; the local adapter turns metrics and
+tracing off through their environment switches.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from http import HTTPStatus
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from broker_core.client import ClientError, KafkaError
+from functions import fetch, groups, produce, runtime, topics
+from functions.errors import ApiError, FieldError, api_error_for
+from functions.models import UNION_TAGS
+
+SERVICE = "floe-http"
+API_TITLE = "Floe HTTP API"
+API_VERSION = "1.0.0"
+# Lambda takes request payloads up to 6 MB; API Gateway would pass larger ones on to a failed invoke.
+MAX_REQUEST_BYTES = 6 * 1024 * 1024
+
+logger = Logger(service=SERVICE)
+tracer = Tracer(service=SERVICE)
+metrics = Metrics(namespace="Floe", service=SERVICE)
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+
+
+app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=_parse_json)
+for module in (produce, fetch, topics, groups):
+    app.include_router(module.router)
+
+
+def _json_response(status: int, body: dict[str, Any]) -> Response:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+
+
+@app.exception_handler(ApiError)
+def _api_error(error: ApiError) -> Response:
+    return _json_response(error.status, error.body())
+
+
+@app.exception_handler(RequestValidationError)
+def _invalid_request(error: RequestValidationError) -> Response:
+    problems = error.errors()
+    field_errors = [
+        FieldError(field=".".join(str(part) for part in problem["loc"] if part not in UNION_TAGS), type=problem["type"],
+                   message=str(problem.get("msg", problem["type"])))
+        for problem in problems
+    ]
+    if any(problem["type"] == "json_invalid" for problem in problems):
+        return _json_response(HTTPStatus.BAD_REQUEST, ApiError(
+            HTTPStatus.BAD_REQUEST, "the body is not valid JSON", errors=field_errors).body())
+    return _json_response(HTTPStatus.UNPROCESSABLE_ENTITY, ApiError(
+        HTTPStatus.UNPROCESSABLE_ENTITY, "the request is invalid", errors=field_errors).body())
+
+
+@app.exception_handler(KafkaError)
+def _kafka_error(error: KafkaError) -> Response:
+    api_error = api_error_for(error)
+    return _json_response(api_error.status, api_error.body())
+
+
+@app.exception_handler(ClientError)
+def _cluster_unreachable(error: ClientError) -> Response:
+    logger.warning("broker request failed", extra={"error": str(error)})
+    return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, ApiError(
+        HTTPStatus.SERVICE_UNAVAILABLE, f"the brokers could not be reached: {error}").body())
+
+
+@app.get("/v1/openapi.json", include_in_schema=False)
+def openapi_document() -> Response[str]:
+    return Response(status_code=HTTPStatus.OK, content_type=content_types.APPLICATION_JSON,
+                    body=openapi_json())
+
+
+def openapi_json() -> str:
+    """The OpenAPI document of every route, generated from the resolver."""
+    return app.get_openapi_json_schema(
+        title=API_TITLE, version=API_VERSION,
+        description="Produce, fetch, topics and consumer groups of a Floe cluster over HTTPS.",
+    )
+
+
+def _request_bytes(event: dict[str, Any]) -> int:
+    body = event.get("body") or ""
+    if event.get("isBase64Encoded"):
+        return len(base64.b64decode(body, validate=False))
+    return len(body.encode("utf-8"))
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    size = _request_bytes(event)
+    if size > MAX_REQUEST_BYTES:
+        error = ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                         f"the request body is {size} bytes; the limit is {MAX_REQUEST_BYTES} bytes")
+        return {"statusCode": error.status, "headers": {"Content-Type": content_types.APPLICATION_JSON},
+                "body": json.dumps(error.body()), "isBase64Encoded": False}
+    with runtime.borrowed_container():
+        return app.resolve(event, context)

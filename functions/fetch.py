@@ -1,0 +1,319 @@
+"""Fetch over HTTP: ``GET /v1/topics/{topic}/partitions/{p}/records`` reads records from an offset.
+
+The start is ``offset``, else the first offset at or after ``timestamp`` (ListOffsets), else the
+partition's earliest offset. For a topic with ``remote.storage.enable=true`` the partition's
+manifest (DynamoDB) is consulted first: an offset inside a segment already copied to S3 is read
+straight from S3, the segment's indexes object giving the byte position and one ranged GET the
+batches, with no broker involved (so history stays readable while brokers are down, and old reads
+never compete with producers for broker disks). Any other offset is fetched from the partition's
+leader. Either way the answer holds whole batches' records from the start offset on, at most about
+``max_bytes`` of batches (at least one batch), cut further so the JSON stays under Lambda's 6 MB
+response limit, plus ``next_offset`` for the next call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from http import HTTPStatus
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from botocore.exceptions import BotoCoreError
+from botocore.exceptions import ClientError as BotoClientError
+
+from broker_core.client import EARLIEST, LATEST, ClientError, FloeClient, KafkaError
+from broker_core.metadata.errors import MetadataUnavailableError, UnknownTopicError
+from broker_core.metadata.state import TopicDescription
+from broker_core.records import Record, decode_batch, parse_header
+from broker_core.records.errors import RecordsError, TruncatedBatchError
+from broker_core.records.header import HEADER_SIZE
+from functions import runtime
+from functions.errors import ApiError, api_error_for, error_responses
+from functions.models import (
+    INT32_MAX,
+    INT64_MAX,
+    MAX_TIMESTAMP_MS,
+    TOPIC_NAME_PATTERN,
+    DataType,
+    FetchedData,
+    FetchedHeader,
+    FetchedRecord,
+    FetchResponse,
+    encode_base64,
+)
+from tiered_storage.indexes import CorruptIndexesObjectError, SegmentIndexes, decode_indexes
+from tiered_storage.manifest import ManifestError, RemoteSegment
+from tiered_storage.retention import is_tiered
+
+router = Router()
+
+DEFAULT_MAX_BYTES = 1024 * 1024
+MAX_MAX_BYTES = 4 * 1024 * 1024
+# Lambda answers at most 6 MB; what is left after the records is small (field names, next_offset).
+RESPONSE_BUDGET_BYTES = 5_000_000
+_SEGMENTS_TTL_S = 10.0
+_INDEXES_TTL_S = 3600.0
+
+Format = Literal["binary", "string", "json"]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def present(data: bytes | None, wanted: Format) -> FetchedData | None:
+    """Bytes as ``{"type", "data"}``: the wanted type where the bytes fit it, else BINARY."""
+    if data is None:
+        return None
+    if wanted == "string":
+        try:
+            return FetchedData(type=DataType.STRING, data=data.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass
+    elif wanted == "json":
+        try:
+            return FetchedData(type=DataType.JSON, data=json.loads(data, parse_constant=_reject_constant))
+        except (ValueError, RecursionError):
+            pass
+    return FetchedData(type=DataType.BINARY, data=encode_base64(data))
+
+
+def _describe(container: runtime.Container, topic: str) -> TopicDescription:
+    description = container.recall(("topic", topic))
+    if description is None:
+        try:
+            description = container.metadata.get_topic(topic)
+        except UnknownTopicError as error:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"topic {topic!r} does not exist") from error
+        except MetadataUnavailableError as error:
+            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"cluster metadata is unavailable: {error}") from error
+        container.remember(("topic", topic), description)
+    return description
+
+
+def _remote_segments(container: runtime.Container, description: TopicDescription, partition: int, *,
+                     refresh: bool = False) -> list[RemoteSegment]:
+    key = ("segments", description.topic_id, str(partition))
+    segments = None if refresh else container.recall(key)
+    if segments is None:
+        try:
+            segments = container.manifest.list_segments(description.topic_id, partition)
+        except ManifestError as error:
+            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"the segment manifest is unavailable: {error}") from error
+        container.remember(key, segments, _SEGMENTS_TTL_S)
+    return segments
+
+
+def _segment_holding(segments: list[RemoteSegment], offset: int) -> RemoteSegment | None:
+    number = bisect.bisect_right([s.base_offset for s in segments], offset) - 1
+    if number >= 0 and segments[number].contains(offset):
+        return segments[number]
+    return None
+
+
+def _get_range(container: runtime.Container, key: str, start: int, end: int) -> bytes:
+    response = container.s3.get_object(Bucket=container.settings.aws.bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+    return response["Body"].read()
+
+
+def _indexes(container: runtime.Container, segment: RemoteSegment) -> SegmentIndexes:
+    key = ("indexes", segment.segment_id)
+    indexes = container.recall(key)
+    if indexes is None:
+        body = container.s3.get_object(Bucket=container.settings.aws.bucket, Key=segment.indexes_key)["Body"].read()
+        try:
+            indexes = decode_indexes(body)
+        except CorruptIndexesObjectError as error:
+            raise ApiError(HTTPStatus.BAD_GATEWAY, f"indexes object {segment.indexes_key} is corrupt: {error}") from error
+        container.remember(key, indexes, _INDEXES_TTL_S)
+    return indexes
+
+
+def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: int,
+                max_bytes: int) -> tuple[list[Record], int]:
+    """Records from ``offset`` on out of one remote segment: (records, next offset).
+
+    Whole batches only, up to ``max_bytes`` of them except that the first comes whole; the next
+    offset is past the last batch read, or past the segment when its end was reached.
+    """
+    indexes = _indexes(container, segment)
+    start = indexes.position_for_offset(offset)
+    following = bisect.bisect_right(indexes.offsets, offset)
+    # The batch holding `offset` starts at or before the next index entry's position.
+    must_start_by = indexes.positions[following] if following < len(indexes.positions) else segment.size_bytes
+    end = min(segment.size_bytes, must_start_by + max(max_bytes, HEADER_SIZE))
+    buffer = bytearray(_get_range(container, segment.log_key, start, end))
+    records: list[Record] = []
+    next_offset = offset
+    position = 0
+    taken_bytes = 0
+    while start + position < segment.size_bytes:
+        try:
+            header = parse_header(buffer, position)
+        except TruncatedBatchError as error:
+            if taken_bytes:
+                break
+            wanted = max(error.needed, HEADER_SIZE)
+            more = min(segment.size_bytes, start + position + wanted) - (start + len(buffer))
+            if more <= 0:
+                raise ApiError(HTTPStatus.BAD_GATEWAY, f"segment {segment.log_key} ends inside a batch at byte "
+                               f"{start + position}") from error
+            buffer += _get_range(container, segment.log_key, start + len(buffer), start + len(buffer) + more)
+            continue
+        except RecordsError as error:
+            raise ApiError(HTTPStatus.BAD_GATEWAY, f"segment {segment.log_key} is corrupt at byte "
+                           f"{start + position}: {error}") from error
+        if header.next_offset <= offset:
+            position += header.size
+            continue
+        if taken_bytes and taken_bytes + header.size > max_bytes:
+            break
+        try:
+            batch = decode_batch(buffer, position)
+        except RecordsError as error:
+            raise ApiError(HTTPStatus.BAD_GATEWAY, f"segment {segment.log_key} is corrupt at byte "
+                           f"{start + position}: {error}") from error
+        if not header.is_control:
+            records.extend(record for record in batch.records if record.offset >= offset)
+        next_offset = header.next_offset
+        taken_bytes += header.size
+        position += header.size
+    if start + position >= segment.size_bytes:
+        next_offset = max(next_offset, segment.next_offset)
+    return records, next_offset
+
+
+def _out_of_range(container: runtime.Container, topic: str, partition: int, offset: int) -> ApiError:
+    async def bounds(client: FloeClient) -> tuple[int, int]:
+        earliest, _ = await client.list_offsets(topic, partition, EARLIEST)
+        latest, _ = await client.list_offsets(topic, partition, LATEST)
+        return earliest, latest
+
+    try:
+        earliest, latest = container.call(bounds)
+    except ClientError:
+        return ApiError(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, f"offset {offset} is out of range")
+    return ApiError(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                    f"offset {offset} is out of range: partition {partition} holds offsets {earliest} to {latest - 1}",
+                    log_start_offset=earliest, high_watermark=latest)
+
+
+def _start_offset(container: runtime.Container, topic: str, partition: int, timestamp: int | None) -> int | None:
+    """The first offset at or after ``timestamp``, or the earliest offset; None: no record that late."""
+
+    async def look_up(client: FloeClient) -> int | None:
+        if timestamp is None:
+            return (await client.list_offsets(topic, partition, EARLIEST))[0]
+        found, _ = await client.list_offsets(topic, partition, timestamp)
+        return None if found < 0 else found
+
+    try:
+        return container.call(look_up)
+    except KafkaError as error:
+        raise api_error_for(error) from error
+
+
+def _latest_offset(container: runtime.Container, topic: str, partition: int) -> int:
+    async def look_up(client: FloeClient) -> int:
+        return (await client.list_offsets(topic, partition, LATEST))[0]
+
+    try:
+        return container.call(look_up)
+    except KafkaError as error:
+        raise api_error_for(error) from error
+
+
+def _from_s3(container: runtime.Container, description: TopicDescription, partition: int, offset: int,
+             max_bytes: int) -> tuple[list[Record], int] | None:
+    """(records, next offset) when a remote segment holds ``offset``, else None (the broker has it)."""
+    for refresh in (False, True):
+        segment = _segment_holding(_remote_segments(container, description, partition, refresh=refresh), offset)
+        if segment is None:
+            return None
+        try:
+            return read_tiered(container, segment, offset, max_bytes)
+        except BotoClientError as error:
+            missing = error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404")
+            if missing and not refresh:
+                continue  # retention deleted the segment since the manifest was read: look again
+            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"S3 read of {segment.log_key} failed: {error}") from error
+        except BotoCoreError as error:
+            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"S3 read of {segment.log_key} failed: {error}") from error
+    return None
+
+
+def _from_broker(container: runtime.Container, topic: str, partition: int, offset: int, max_bytes: int,
+                 max_wait_ms: int) -> tuple[list[Record], int, int]:
+    async def fetch(client: FloeClient) -> Any:
+        return await client.fetch(topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms)
+
+    try:
+        result = container.call(fetch)
+    except KafkaError as error:
+        if error.code.name == "offset_out_of_range":
+            raise _out_of_range(container, topic, partition, offset) from error
+        raise api_error_for(error) from error
+    return result.records, result.next_offset, result.high_watermark
+
+
+def _as_fetched(records: list[Record], wanted: Format, next_offset: int) -> tuple[list[FetchedRecord], int]:
+    """The records in the answer's shape, cut where the JSON would pass the response budget."""
+    fetched: list[FetchedRecord] = []
+    size = 0
+    for record in records:
+        item = FetchedRecord(
+            offset=record.offset,
+            timestamp=record.timestamp,
+            key=present(record.key, wanted),
+            value=present(record.value, wanted),
+            headers=[FetchedHeader(name=name, value=None if value is None else encode_base64(value))
+                     for name, value in record.headers],
+        )
+        size += len(item.model_dump_json())
+        if fetched and size > RESPONSE_BUDGET_BYTES:
+            return fetched, record.offset
+        fetched.append(item)
+    return fetched, next_offset
+
+
+@router.get(
+    "/v1/topics/<topic>/partitions/<partition>/records",
+    summary="Read records of a partition from an offset or a timestamp",
+    tags=["records"],
+    responses=error_responses(404, 416, 422, 502, 503),
+)
+def fetch_records(
+    topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)],
+    partition: Annotated[int, Path(ge=0, le=INT32_MAX)],
+    offset: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    timestamp: Annotated[int | None, Query(ge=0, le=MAX_TIMESTAMP_MS, description="ms since the epoch")] = None,
+    max_bytes: Annotated[int, Query(ge=1, le=MAX_MAX_BYTES)] = DEFAULT_MAX_BYTES,
+    format: Annotated[Format, Query()] = "binary",
+    max_wait_ms: Annotated[int, Query(ge=0, le=10_000, description="long-poll time when no record is there yet")] = 0,
+) -> FetchResponse:
+    if offset is not None and timestamp is not None:
+        raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, "give offset or timestamp, not both")
+    container = runtime.current()
+    description = _describe(container, topic)
+    if partition >= description.num_partitions:
+        raise ApiError(HTTPStatus.NOT_FOUND, f"topic {topic!r} has no partition {partition} "
+                       f"(it has {description.num_partitions})")
+    if offset is None:
+        offset = _start_offset(container, topic, partition, timestamp)
+        if offset is None:
+            latest = _latest_offset(container, topic, partition)
+            return FetchResponse(topic_name=topic, partition_id=partition, records=[], next_offset=latest,
+                                 high_watermark=latest, source="broker")
+    if is_tiered(description.configs):
+        tiered = _from_s3(container, description, partition, offset, max_bytes)
+        if tiered is not None:
+            records, next_offset = tiered
+            fetched, next_offset = _as_fetched(records, format, next_offset)
+            return FetchResponse(topic_name=topic, partition_id=partition, records=fetched, next_offset=next_offset,
+                                 high_watermark=None, source="s3")
+    records, next_offset, high_watermark = _from_broker(container, topic, partition, offset, max_bytes, max_wait_ms)
+    fetched, next_offset = _as_fetched(records, format, next_offset)
+    return FetchResponse(topic_name=topic, partition_id=partition, records=fetched, next_offset=next_offset,
+                         high_watermark=high_watermark, source="broker")

@@ -1,0 +1,257 @@
+"""The local HTTP adapter: the front ends' Lambda handler served on loopback, as API Gateway would call it.
+
+Each HTTP request becomes an API Gateway HTTP API event (payload format 2.0: rawPath,
+rawQueryString, lower-cased headers with repeated ones joined by commas, cookies,
+queryStringParameters, requestContext.http, a body that is base64 when it is not UTF-8) and is
+handed to `functions.app.lambda_handler` with a Lambda-like context; the handler's answer becomes
+the HTTP response. Where API Gateway checks IAM signatures, the adapter checks a bearer token
+(``Authorization: Bearer <token>``), the one `floe local up` writes into stack.json; like API
+Gateway it refuses bodies over 10 MB itself (the handler refuses those over Lambda's 6 MB).
+
+Requests are served concurrently, one thread per connection; each invocation borrows a warm
+container (functions.runtime), as concurrent Lambda invocations each get one. Run it as
+``python -m functions.local_adapter --port 0 --ready-file F`` with the token in FLOE_HTTP_TOKEN
+and the cluster settings in the environment (FLOE_BOOTSTRAP_SERVERS, FLOE_AWS_ENDPOINT_URL, ...);
+it creates the front ends' tables, then writes ``{"port", "url", "pid"}`` to the ready file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import hmac
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+ENV_TOKEN = "FLOE_HTTP_TOKEN"
+API_GATEWAY_MAX_BODY_BYTES = 10 * 1024 * 1024
+LAMBDA_TIMEOUT_S = 30.0
+_ACCOUNT_ID = "000000000000"
+_API_ID = "floelocal"
+_FUNCTION_NAME = "floe-http-local"
+
+log = logging.getLogger("floe.local_adapter")
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+@dataclass
+class LocalLambdaContext:
+    """The parts of Lambda's context object the handler reads."""
+
+    aws_request_id: str
+    region: str
+    function_name: str = _FUNCTION_NAME
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 1024
+    log_group_name: str = f"/aws/lambda/{_FUNCTION_NAME}"
+    log_stream_name: str = "local"
+    deadline: float = field(default_factory=lambda: time.monotonic() + LAMBDA_TIMEOUT_S)
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:{self.region}:{_ACCOUNT_ID}:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.deadline - time.monotonic()) * 1000))
+
+
+def api_gateway_event(method: str, target: str, headers: list[tuple[str, str]], body: bytes, *,
+                      source_ip: str = "127.0.0.1", request_id: str | None = None,
+                      now: datetime.datetime | None = None) -> dict[str, Any]:
+    """The API Gateway HTTP API (payload 2.0) event for one request."""
+    raw_path, _, raw_query = target.partition("?")
+    joined: dict[str, str] = {}
+    cookies: list[str] = []
+    for name, value in headers:
+        name = name.lower()
+        if name == "cookie":
+            cookies.extend(part.strip() for part in value.split(";") if part.strip())
+            continue
+        joined[name] = f"{joined[name]},{value}" if name in joined else value
+    query: dict[str, str] = {}
+    for name, value in parse_qsl(raw_query, keep_blank_values=True):
+        query[name] = f"{query[name]},{value}" if name in query else value
+    now = now or datetime.datetime.now(datetime.UTC)
+    request_id = request_id or uuid.uuid4().hex
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": raw_path,
+        "rawQueryString": raw_query,
+        "headers": joined,
+        "requestContext": {
+            "accountId": _ACCOUNT_ID,
+            "apiId": _API_ID,
+            "domainName": joined.get("host", "localhost"),
+            "domainPrefix": _API_ID,
+            "http": {"method": method, "path": raw_path, "protocol": "HTTP/1.1", "sourceIp": source_ip,
+                     "userAgent": joined.get("user-agent", "")},
+            "requestId": request_id,
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(now.timestamp() * 1000),
+        },
+        "isBase64Encoded": False,
+    }
+    if cookies:
+        event["cookies"] = cookies
+    if query:
+        event["queryStringParameters"] = query
+    if body:
+        try:
+            event["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            event["body"] = base64.b64encode(body).decode("ascii")
+            event["isBase64Encoded"] = True
+    return event
+
+
+class LocalApiServer(ThreadingHTTPServer):
+    """Loopback HTTP server invoking ``handler`` per request after checking the bearer token."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], token: str, handler: Handler, region: str = "us-east-1") -> None:
+        if not token:
+            raise ValueError("the local adapter needs a non-empty bearer token")
+        self.token = token
+        self.handler = handler
+        self.region = region
+        super().__init__(address, _RequestHandler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+def _json_bytes(status: int, message: str) -> bytes:
+    return json.dumps({"error_code": status, "message": message, "errors": []}).encode("utf-8")
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: LocalApiServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """Requests are not logged one by one (the handler logs); failures are, in _serve."""
+
+    def _send(self, status: int, headers: dict[str, str], body: bytes, *, close: bool = False) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            if name.lower() not in ("content-length", "connection"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _authorized(self) -> bool:
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.server.token.encode())
+
+    def _serve(self) -> None:
+        json_type = {"Content-Type": "application/json"}
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            self._send(411, json_type, _json_bytes(411, "send a Content-Length; chunked bodies are not accepted"),
+                       close=True)
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._send(400, json_type, _json_bytes(400, "Content-Length is not a number"), close=True)
+            return
+        if length > API_GATEWAY_MAX_BODY_BYTES:
+            self._send(413, json_type, _json_bytes(413, f"the body is {length} bytes; API Gateway takes at most "
+                                                        f"{API_GATEWAY_MAX_BODY_BYTES}"), close=True)
+            return
+        body = self.rfile.read(length) if length else b""
+        if not self._authorized():
+            self._send(401, {**json_type, "WWW-Authenticate": "Bearer"},
+                       _json_bytes(401, "missing or wrong bearer token (see the http.token of stack.json)"))
+            return
+        event = api_gateway_event(self.command, self.path, list(self.headers.items()), body,
+                                  source_ip=self.client_address[0])
+        context = LocalLambdaContext(aws_request_id=event["requestContext"]["requestId"], region=self.server.region)
+        try:
+            answer = self.server.handler(event, context)
+        except Exception:
+            log.error("%s %s failed:\n%s", self.command, self.path, traceback.format_exc())
+            self._send(500, json_type, _json_bytes(500, "Internal Server Error"))
+            return
+        payload = answer.get("body") or ""
+        data = base64.b64decode(payload) if answer.get("isBase64Encoded") else payload.encode("utf-8")
+        headers = {str(k): str(v) for k, v in (answer.get("headers") or {}).items()}
+        for name, values in (answer.get("multiValueHeaders") or {}).items():
+            headers[str(name)] = ",".join(str(v) for v in values)
+        status = int(answer.get("statusCode", 200))
+        if status >= 500:
+            log.warning("%s %s answered %d: %s", self.command, self.path, status, data[:500])
+        self._send(status, headers, data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
+
+
+def _quiet_powertools() -> None:
+    """Locally there is no X-Ray daemon and no CloudWatch agent: tracing and metrics are off."""
+    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("AWS_LAMBDA_FUNCTION_NAME", _FUNCTION_NAME)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="floe-http-local", description="Serve Floe's HTTP API on loopback")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--ready-file", type=Path, default=None,
+                        help='write {"port", "url", "pid"} here once requests are served')
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [http %(process)d] %(name)s: %(message)s")
+    token = os.environ.get(ENV_TOKEN, "")
+    if not token:
+        parser.error(f"{ENV_TOKEN} must hold the bearer token clients will send")
+    _quiet_powertools()
+    from functions import runtime, tables
+    from functions.app import lambda_handler
+
+    settings = runtime.settings()
+    tables.ensure_tables(settings.aws)
+    server = LocalApiServer((args.host, args.port), token, lambda_handler, region=settings.aws.region)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    serving = threading.Thread(target=server.serve_forever, name="floe-http-serve", daemon=True)
+    serving.start()
+    if args.ready_file:
+        tmp = args.ready_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"port": server.server_address[1], "url": server.url, "pid": os.getpid()}))
+        tmp.rename(args.ready_file)
+    log.info("serving %s", server.url)
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""Produce over HTTP: ``POST /v1/topics/{topic}/records`` appends records with acks=all.
+
+Everything that can be wrong with a request is found before anything is sent: the body's shape
+(pydantic), each record's partition against the topic's partition count, and each partition's
+batch against the topic's ``max.message.bytes``. Only then are the records sent, one batch per
+partition, through `FloeClient.produce_many` (one Produce request per leader, acks=all). The answer
+lists, in request order, each record's partition, offset (its batch's base offset plus its place in
+the batch) and timestamp.
+
+With an ``Idempotency-Key`` header the append runs under Powertools idempotency on DynamoDB: the
+first request with a key stores its answer, a retry with the same key and the same body gets that
+answer without appending again, the same key with a different body is refused (422), and a retry
+while the first is still running gets 409. Records without a key or partition all go to one
+partition picked at random per request, as Kafka's sticky partitioner does per batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+import time
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Annotated, Any
+
+import boto3
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
+    IdempotencyValidationError,
+)
+
+from broker_core.client import FloeClient, KafkaError
+from broker_core.partitioner import partition_for_key
+from broker_core.records import SimpleRecord, build_batch
+from functions import runtime
+from functions.errors import ApiError, FieldError, api_error_for, error_responses
+from functions.models import (
+    TOPIC_NAME_PATTERN,
+    ProduceBody,
+    ProduceRecord,
+    ProduceRecords,
+    ProduceResponse,
+    ProduceResult,
+)
+
+router = Router()
+metrics = Metrics()
+
+IDEMPOTENCY_EXPIRY_S = 24 * 3600
+_IDEMPOTENCY_KEY_PREFIX = "floe-http-produce"
+_MAX_MESSAGE_BYTES = "max.message.bytes"
+_DEFAULT_MAX_MESSAGE_BYTES = 1048588
+
+
+@dataclass(frozen=True)
+class PreparedProduce:
+    """A checked request: one batch per partition and, per request record, (partition, index, timestamp)."""
+
+    topic: str
+    batches: dict[int, bytes]
+    placements: list[tuple[int, int, int]]
+
+
+async def _partition_count(client: FloeClient, container: runtime.Container, topic: str) -> int:
+    count = container.recall(("partitions", topic))
+    if count is None:
+        count = (await client.describe_topic(topic)).num_partitions
+        container.remember(("partitions", topic), count)
+    return count
+
+
+async def _max_message_bytes(client: FloeClient, container: runtime.Container, topic: str) -> int:
+    limit = container.recall(("max.message.bytes", topic))
+    if limit is None:
+        configs = await client.describe_configs(topic)
+        limit = int(configs.get(_MAX_MESSAGE_BYTES) or _DEFAULT_MAX_MESSAGE_BYTES)
+        container.remember(("max.message.bytes", topic), limit)
+    return limit
+
+
+def prepare(container: runtime.Container, topic: str, records: list[ProduceRecord], now_ms: int) -> PreparedProduce:
+    """Place and encode the records; raises ApiError (nothing sent) when any of them cannot be appended."""
+
+    async def load(client: FloeClient) -> tuple[int, int]:
+        return await _partition_count(client, container, topic), await _max_message_bytes(client, container, topic)
+
+    try:
+        num_partitions, max_message_bytes = container.call(load)
+    except KafkaError as error:
+        container.forget(("partitions", topic))
+        raise api_error_for(error) from error
+    sticky_partition = random.randrange(num_partitions)
+    by_partition: dict[int, list[SimpleRecord]] = {}
+    placements: list[tuple[int, int, int]] = []
+    field_errors: list[FieldError] = []
+    for number, record in enumerate(records):
+        key = record.key.to_bytes() if record.key is not None else None
+        value = record.value.to_bytes() if record.value is not None else None
+        if record.partition_id is not None:
+            if record.partition_id >= num_partitions:
+                field_errors.append(FieldError(
+                    field=f"body.records.{number}.partition_id", type="partition_not_found",
+                    message=f"topic {topic!r} has {num_partitions} partitions (0..{num_partitions - 1})"))
+                continue
+            partition = record.partition_id
+        elif key is not None:
+            partition = partition_for_key(key, num_partitions)
+        else:
+            partition = sticky_partition
+        timestamp = record.timestamp_ms()
+        if timestamp is None:
+            timestamp = now_ms
+        headers = tuple((header.name, header.value_bytes()) for header in record.headers)
+        batch = by_partition.setdefault(partition, [])
+        placements.append((partition, len(batch), timestamp))
+        batch.append(SimpleRecord(key=key, value=value, headers=headers, timestamp=timestamp))
+    if field_errors:
+        raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, "some records name a partition the topic does not have",
+                       errors=field_errors)
+    batches: dict[int, bytes] = {}
+    for partition, partition_records in by_partition.items():
+        try:
+            batches[partition] = build_batch(partition_records)
+        except ValueError as error:
+            raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, f"the records for partition {partition} cannot be "
+                           f"encoded: {error}") from error
+        if len(batches[partition]) > max_message_bytes:
+            raise ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                           f"the records for partition {partition} make a {len(batches[partition])}-byte batch; "
+                           f"topic {topic!r} takes batches of at most {max_message_bytes} bytes (max.message.bytes)")
+    return PreparedProduce(topic, batches, placements)
+
+
+def append(container: runtime.Container, prepared: PreparedProduce) -> dict[str, Any]:
+    """Send the batches with acks=all and answer with each record's place, in request order."""
+
+    async def send(client: FloeClient) -> Any:
+        return await client.produce_many(prepared.topic, prepared.batches, acks=-1)
+
+    try:
+        landed = container.call(send)
+    except KafkaError as error:
+        container.forget(("partitions", prepared.topic))
+        raise api_error_for(error) from error
+    results = []
+    for partition, index, timestamp in prepared.placements:
+        result = landed[partition]
+        appended_at = result.log_append_time if result.log_append_time >= 0 else timestamp
+        results.append({"partition_id": partition, "offset": result.base_offset + index, "timestamp": appended_at})
+    metrics.add_metric(name="RecordsProduced", unit=MetricUnit.Count, value=len(results))
+    return {"results": results}
+
+
+def _append_once(request: dict[str, Any], container: runtime.Container, prepared: PreparedProduce) -> dict[str, Any]:
+    """`append` under an idempotency record keyed by ``request`` (topic and key; the body hash is checked)."""
+    return append(container, prepared)
+
+
+@functools.cache
+def _idempotent_append() -> Any:
+    settings = runtime.settings()
+    layer = DynamoDBPersistenceLayer(
+        table_name=settings.table(runtime.IDEMPOTENCY_TABLE),
+        boto3_client=boto3.session.Session().client("dynamodb", **settings.aws.boto3_kwargs()),
+    )
+    config = IdempotencyConfig(
+        event_key_jmespath="[topic, idempotency_key]",
+        payload_validation_jmespath="body_sha256",
+        expires_after_seconds=IDEMPOTENCY_EXPIRY_S,
+    )
+    return idempotent_function(_append_once, data_keyword_argument="request", persistence_store=layer, config=config,
+                               key_prefix=_IDEMPOTENCY_KEY_PREFIX)
+
+
+def _append_with_key(container: runtime.Container, prepared: PreparedProduce, idempotency_key: str,
+                     raw_body: str) -> dict[str, Any]:
+    request = {
+        "topic": prepared.topic,
+        "idempotency_key": idempotency_key,
+        "body_sha256": hashlib.sha256(raw_body.encode("utf-8")).hexdigest(),
+    }
+    try:
+        return _idempotent_append()(request=request, container=container, prepared=prepared)
+    except IdempotencyAlreadyInProgressError as error:
+        raise ApiError(HTTPStatus.CONFLICT, "a request with this Idempotency-Key is still being processed; "
+                       "retry later") from error
+    except IdempotencyValidationError as error:
+        raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, "this Idempotency-Key was used with a different body") from error
+    except IdempotencyPersistenceLayerError as error:
+        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, "the idempotency store is unavailable; retry later") from error
+
+
+@router.post(
+    "/v1/topics/<topic>/records",
+    summary="Append records to a topic",
+    description="One record, or {\"records\": [...]}, in Confluent REST v3 shape; acks=all.",
+    tags=["records"],
+    responses=error_responses(400, 404, 409, 413, 422, 502, 503),
+)
+def produce_records(
+    topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)],
+    body: Annotated[ProduceBody, Body()],
+    idempotency_key: Annotated[str | None, Header(alias="idempotency-key", min_length=1, max_length=255)] = None,
+) -> ProduceResponse:
+    container = runtime.current()
+    records = body.records if isinstance(body, ProduceRecords) else [body]
+    prepared = prepare(container, topic, records, time.time_ns() // 1_000_000)
+    if idempotency_key is None:
+        answer = append(container, prepared)
+    else:
+        answer = _append_with_key(container, prepared, idempotency_key, router.current_event.body or "")
+    return ProduceResponse(results=[ProduceResult(**result) for result in answer["results"]])

@@ -1,0 +1,173 @@
+"""What a front-end container keeps between invocations: settings, an event loop, and cached clients.
+
+A Lambda container runs one invocation at a time; the local HTTP adapter runs several at once on
+threads, so each invocation borrows a `Container` from a pool for its duration (in Lambda the pool
+holds exactly one). A container holds an asyncio loop with a `FloeClient` (its broker connections
+and metadata cache), DynamoDB and S3 clients, and short-lived caches of topic facts. None of it is
+needed for correctness: every cache entry expires within ``METADATA_TTL_S``, a broker answer that
+contradicts the cache drops it, and a broken client is replaced on the next call. Settings come
+from the environment: ``FLOE_BOOTSTRAP_SERVERS`` plus the AWS settings of `AwsSettings.from_env`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import boto3
+from botocore.config import Config
+
+from broker_core.aws import AwsSettings
+from broker_core.client import FloeClient, NoBrokersError
+from broker_core.metadata.store import MetadataStore
+from tiered_storage.manifest import ManifestStore
+
+ENV_BOOTSTRAP_SERVERS = "FLOE_BOOTSTRAP_SERVERS"
+IDEMPOTENCY_TABLE = "http_idempotency"
+HTTP_GROUPS_TABLE = "http_groups"
+HTTP_GROUP_OFFSETS_TABLE = "http_group_offsets"
+METADATA_TTL_S = 30.0
+_S3_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=8)
+
+_T = TypeVar("_T")
+
+
+class ConfigurationError(RuntimeError):
+    """A required setting is missing from the environment."""
+
+
+@dataclass(frozen=True)
+class FrontEndSettings:
+    bootstrap_servers: str
+    aws: AwsSettings
+
+    @classmethod
+    def from_env(cls) -> FrontEndSettings:
+        servers = os.environ.get(ENV_BOOTSTRAP_SERVERS, "").strip()
+        if not servers:
+            raise ConfigurationError(f"{ENV_BOOTSTRAP_SERVERS} is not set: the front end needs a broker address")
+        return cls(bootstrap_servers=servers, aws=AwsSettings.from_env())
+
+    def table(self, base_name: str) -> str:
+        return self.aws.table_prefix + base_name
+
+
+@dataclass
+class _Cached:
+    value: Any
+    expires_at: float
+
+
+@dataclass
+class Container:
+    """One warm container's reusable state; used by one invocation at a time."""
+
+    settings: FrontEndSettings
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    _client: FloeClient | None = None
+    _metadata: MetadataStore | None = None
+    _manifest: ManifestStore | None = None
+    _s3: Any = None
+    _cache: dict[tuple[str, ...], _Cached] = field(default_factory=dict)
+
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        return self.loop.run_until_complete(coroutine)
+
+    async def client(self) -> FloeClient:
+        if self._client is None:
+            client = FloeClient(self.settings.bootstrap_servers, client_id="floe-http", request_timeout_s=25.0)
+            await client.start()
+            self._client = client
+        return self._client
+
+    def call(self, work: Any) -> Any:
+        """Run ``work(client)`` (a coroutine function) on this container's loop and client.
+
+        A client that could reach no broker is dropped, so the next call starts afresh from the
+        bootstrap servers.
+        """
+        async def with_client() -> Any:
+            client = await self.client()
+            try:
+                return await work(client)
+            except NoBrokersError:
+                self._client = None
+                await client.close()
+                raise
+
+        return self.run(with_client())
+
+    @property
+    def metadata(self) -> MetadataStore:
+        if self._metadata is None:
+            self._metadata = MetadataStore(self.settings.aws)
+        return self._metadata
+
+    @property
+    def manifest(self) -> ManifestStore:
+        if self._manifest is None:
+            self._manifest = ManifestStore(self.settings.aws)
+        return self._manifest
+
+    @property
+    def s3(self) -> Any:
+        if self._s3 is None:
+            self._s3 = boto3.session.Session().client("s3", config=_S3_CONFIG, **self.settings.aws.boto3_kwargs())
+        return self._s3
+
+    def recall(self, key: tuple[str, ...]) -> Any:
+        """A value remembered less than its time to live ago, else None."""
+        entry = self._cache.get(key)
+        if entry is None or entry.expires_at <= time.monotonic():
+            return None
+        return entry.value
+
+    def remember(self, key: tuple[str, ...], value: Any, ttl_s: float = METADATA_TTL_S) -> None:
+        self._cache[key] = _Cached(value, time.monotonic() + ttl_s)
+
+    def forget(self, key: tuple[str, ...]) -> None:
+        self._cache.pop(key, None)
+
+
+_settings: FrontEndSettings | None = None
+_settings_lock = threading.Lock()
+_idle: queue.SimpleQueue[Container] = queue.SimpleQueue()
+_current = threading.local()
+
+
+def settings() -> FrontEndSettings:
+    global _settings
+    with _settings_lock:
+        if _settings is None:
+            _settings = FrontEndSettings.from_env()
+        return _settings
+
+
+@contextmanager
+def borrowed_container() -> Iterator[Container]:
+    """A container for the length of one invocation (an idle one if there is one)."""
+    try:
+        container = _idle.get_nowait()
+    except queue.Empty:
+        container = Container(settings())
+    _current.container = container
+    try:
+        yield container
+    finally:
+        _current.container = None
+        _idle.put(container)
+
+
+def current() -> Container:
+    """The container of the invocation running on this thread."""
+    container = getattr(_current, "container", None)
+    if container is None:
+        raise RuntimeError("no invocation is running on this thread")
+    return container

@@ -1,0 +1,51 @@
+"""The front ends' own DynamoDB tables, created where no template does it (the local stack).
+
+``<prefix>http_idempotency`` is Powertools' idempotency table: hash key ``id`` (string), TTL on
+``expiration``. The HTTP consumer groups' two tables are described in functions.group_store.
+template.yaml declares the same tables for AWS, with point-in-time recovery and encryption.
+"""
+
+from __future__ import annotations
+
+import time
+
+import boto3
+from botocore.exceptions import ClientError
+
+from broker_core.aws import AwsSettings
+from functions.group_store import GroupStore
+from functions.runtime import IDEMPOTENCY_TABLE
+
+_ACTIVE_TIMEOUT_S = 60.0
+
+
+def ensure_idempotency_table(settings: AwsSettings) -> str:
+    """Create the idempotency table if it is missing; its name once it is ACTIVE."""
+    name = settings.table_prefix + IDEMPOTENCY_TABLE
+    dynamodb = boto3.session.Session().client("dynamodb", **settings.boto3_kwargs())
+    try:
+        dynamodb.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ResourceInUseException":
+            raise
+    deadline = time.monotonic() + _ACTIVE_TIMEOUT_S
+    while dynamodb.describe_table(TableName=name)["Table"]["TableStatus"] != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"table {name} did not become ACTIVE within {_ACTIVE_TIMEOUT_S:.0f}s")
+        time.sleep(0.1)
+    ttl = dynamodb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+    if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
+        dynamodb.update_time_to_live(TableName=name,
+                                     TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"})
+    return name
+
+
+def ensure_tables(settings: AwsSettings) -> None:
+    """Every table the front ends use beyond the brokers' own."""
+    ensure_idempotency_table(settings)
+    GroupStore(settings).ensure_tables()
