@@ -173,14 +173,28 @@ def machine_info() -> dict[str, object]:
     }
 
 
+def cpu_pressure() -> float | None:
+    """Linux PSI: share of the last 10 s in which some runnable task waited for a CPU (other load)."""
+    try:
+        for line in Path("/proc/pressure/cpu").read_text().splitlines():
+            if line.startswith("some"):
+                return float(line.split()[1].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--mib", type=int, default=1024, help="data written and read per run")
-    parser.add_argument("--dir", type=Path, default=None, help="directory for the files (default: a temp dir)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="directory for the files (default: a temp dir)"
+    )
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "log_append.json")
     args = parser.parse_args()
 
+    pressure_before = cpu_pressure()
     batches = build_batches()
     batch_size = sum(len(b) for b in batches) / len(batches)
     count = int(args.mib * MIB // batch_size)
@@ -222,6 +236,7 @@ def main() -> None:
         "command": "python bench/log_append.py " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
+        "cpu_pressure_some_avg10_percent": {"before": pressure_before, "after": cpu_pressure()},
         "workload": {
             "bytes_per_run": total_bytes,
             "batches_per_run": count,
