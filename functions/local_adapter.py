@@ -39,6 +39,7 @@ from urllib.parse import parse_qsl
 ENV_TOKEN = "FLOE_HTTP_TOKEN"
 API_GATEWAY_MAX_BODY_BYTES = 10 * 1024 * 1024
 LAMBDA_TIMEOUT_S = 30.0
+_DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
 _ACCOUNT_ID = "000000000000"
 _API_ID = "floelocal"
 _FUNCTION_NAME = "floe-http-local"
@@ -182,6 +183,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send(400, json_type, _json_bytes(400, "Content-Length is not a number"), close=True)
             return
         if length > API_GATEWAY_MAX_BODY_BYTES:
+            left = length if length <= _DRAIN_LIMIT_BYTES else 0
+            while left > 0:  # read it, so the client sees the answer rather than a reset connection
+                chunk = self.rfile.read(min(1 << 20, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
             self._send(413, json_type, _json_bytes(413, f"the body is {length} bytes; API Gateway takes at most "
                                                         f"{API_GATEWAY_MAX_BODY_BYTES}"), close=True)
             return
