@@ -107,7 +107,8 @@ def decode_request(frame: bytes) -> Request:
     try:
         header, header_size = entity_reader(header_cls)(frame, 0)
         body, _ = entity_reader(cls)(frame, header_size)
-    except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
+    # kio raises KeyError("Unknown tagged field tag: N") for a tagged field its schema lacks.
+    except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError, KeyError) as exc:
         raise InvalidRequestError(
             f"cannot decode {cls.__name__} v{api_version}: {exc}",
             api_key=api_key,
