@@ -3,9 +3,9 @@
 KIP-405's copy task, run by the tiering service for every partition this broker leads on a topic
 with ``remote.storage.enable=true``. A segment is ready when it is sealed (not the active segment)
 and its last offset is below the high watermark, so only committed data is tiered. For each ready
-segment, oldest first, the uploader writes a COPY_STARTED manifest row, uploads the .log bytes as
-one object (multipart when large) and the ".indexes" object (`tiered_storage.indexes`) side by
-side, then commits the row COPY_FINISHED (`ManifestStore.finish_copy`). Where to resume comes from
+segment the uploader writes a COPY_STARTED manifest row, uploads the ".indexes" object
+(`tiered_storage.indexes`) and the .log bytes as one object (multipart when large), then commits
+the row COPY_FINISHED (`ManifestStore.finish_copy`); commits go strictly in offset order. Where to resume comes from
 the manifest alone: the partition head's end offset; after a restart or a leader change the next
 uploader continues from there. A local segment that reaches below the remote end (a new leader
 whose segments were rolled at other offsets) is uploaded from its first batch above the remote
@@ -18,8 +18,9 @@ belong to a previous run (a crash between upload and commit) and are cleaned the
 DELETE_STARTED rows a crash left half-deleted. Nothing here deletes local data: local retention
 (`tiered_storage.retention`) deletes only what the manifest says is committed.
 
-Concurrency: an uploader runs on the broker's event loop, one upload at a time per partition. File
-bytes are read in worker threads from a duplicate of the segment's descriptor, so a segment the log
+Concurrency: an uploader runs on the broker's event loop; a few segments of its partition may be
+in flight at once (while the oldest commits, the next ones are read and sent). File bytes are read
+in worker threads from a duplicate of the segment's descriptor, so a segment the log
 retires meanwhile stays readable; manifest calls run in worker threads (pynamodb is synchronous).
 """
 
@@ -250,7 +251,7 @@ class PartitionUploader:
                     # The row moved on: committed after all, or already being deleted by someone else.
                     return True
             log.info(
-                "deleting objects of unfinished segment %s of %s-%d [%d, %d]",
+                "deleting the objects of segment %s of %s-%d [%d, %d]",
                 row.segment_id,
                 row.topic,
                 row.partition,
