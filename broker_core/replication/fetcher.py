@@ -76,6 +76,9 @@ class ReplicaFetcher:
         self.partitions.pop(key, None)
 
     async def stop(self) -> None:
+        # Following nothing ends the loop even if the cancellation is lost: Python 3.11's
+        # asyncio.wait_for swallows a cancel that arrives just as the awaited response does.
+        self.partitions.clear()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -264,8 +267,11 @@ class ReplicaFetcherManager:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._stopped = False
 
     async def update(self) -> None:
+        if self._stopped:
+            return  # the broker is stopping; a metadata refresh must not start fetchers again
         wanted: dict[int, list[Partition]] = {}
         for partition in self.broker.replicas.partitions.values():
             if not partition.is_leader and partition.leader_id >= 0:
@@ -286,9 +292,10 @@ class ReplicaFetcherManager:
                 fetcher.follow(partition)
 
     async def stop(self) -> None:
-        for fetcher in self.fetchers.values():
+        self._stopped = True
+        while self.fetchers:
+            _, fetcher = self.fetchers.popitem()
             await fetcher.stop()
-        self.fetchers.clear()
 
 
 def _ms(value: int) -> datetime.timedelta:
