@@ -66,9 +66,10 @@ def local_base_offsets(stack: LocalStack) -> list[int]:
     return sorted(int(path.stem) for path in directory.glob("*.log"))
 
 
-def kcat_from_offset_zero(stack: LocalStack) -> list[tuple[int, int, bytes]]:
-    """(offset, timestamp, value) of every record kcat reads from offset 0 to the end of the partition."""
-    command = ["kcat", "-b", stack.bootstrap_servers, "-C", "-t", TOPIC, "-p", "0", "-o", "0", "-e", "-q"]
+def kcat_read(stack: LocalStack, start: str = "0") -> list[tuple[int, int, bytes]]:
+    """(offset, timestamp, value) of every record kcat reads from ``start`` (an offset, or "beginning",
+    which librdkafka resolves with ListOffsets) to the end of the partition."""
+    command = ["kcat", "-b", stack.bootstrap_servers, "-C", "-t", TOPIC, "-p", "0", "-o", start, "-e", "-q"]
     result = subprocess.run([*command, "-f", "%o %T %s\\n"], capture_output=True, timeout=120, check=True)
     records = []
     for line in result.stdout.splitlines():
@@ -89,7 +90,7 @@ def finished_rows(manifest: ManifestStore, topic_id: str) -> list[RemoteSegment]
     return manifest.list_segments(topic_id, 0)
 
 
-def test_remote_fetch_kcat_from_offset_zero_after_local_segments_were_deleted_gets_every_record(
+def test_remote_fetch_kcat_read_after_local_segments_were_deleted_gets_every_record(
     tmp_path: Path,
 ) -> None:
     overrides = {"remote.log.manager.task.interval.ms": "200"}
@@ -109,7 +110,7 @@ def test_remote_fetch_kcat_from_offset_zero_after_local_segments_were_deleted_ge
         assert [r.base_offset for r in rows[1:]] == [r.end_offset + 1 for r in rows[:-1]]
         assert local_base_offsets(stack)[0] <= rows[-1].end_offset + 1
 
-        records = kcat_from_offset_zero(stack)
+        records = kcat_read(stack)
         assert [offset for offset, _, _ in records] == list(range(len(values)))
         assert [value for _, _, value in records] == values
 
@@ -183,6 +184,6 @@ def test_killed_mid_upload_the_restarted_broker_loses_nothing_and_commits_each_o
             assert states[row.segment_id] is SegmentState.DELETE_FINISHED
             assert [r.base_offset for r in finished].count(row.base_offset) == 1
 
-        records = kcat_from_offset_zero(stack)
+        records = kcat_read(stack, "beginning")
         assert [offset for offset, _, _ in records] == list(range(len(values)))
         assert [value for _, _, value in records] == values
