@@ -2,7 +2,7 @@
 
 ``lambda_handler`` is what template.yaml's functions and the local HTTP adapter invoke with an API
 Gateway HTTP API (payload v2) event. It turns away bodies over Lambda's 6 MB request limit (413)
-before anything parses them, borrows a warm container (`functions.runtime`), and lets the resolver
+before anything parses them, and bodies that are not UTF-8 JSON (415, 400), borrows a warm container (`functions.runtime`), and lets the resolver
 route, validate (pydantic, `enable_validation`) and answer. Errors leave as JSON in one shape
 (functions.errors): field errors 422 (400 for a body that is not JSON), refusals 4xx, an
 unreachable cluster 503. ``GET /v1/openapi.json`` serves the OpenAPI document generated from the
@@ -109,15 +109,37 @@ def _request_bytes(event: dict[str, Any]) -> int:
     return len(body.encode("utf-8"))
 
 
+def _refuse_body(event: dict[str, Any]) -> ApiError | None:
+    """Bodies are UTF-8 JSON: anything else (a form, multipart, text, other bytes) is refused up front."""
+    if not event.get("body"):
+        return None
+    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+    media_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type not in ("", "application/json") and not media_type.endswith("+json"):
+        return ApiError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"send the body as application/json, not {media_type}")
+    if event.get("isBase64Encoded"):
+        try:
+            base64.b64decode(event["body"]).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return ApiError(HTTPStatus.BAD_REQUEST, "the body is not valid JSON: it is not UTF-8")
+    return None
+
+
+def _answer(error: ApiError) -> dict[str, Any]:
+    return {"statusCode": error.status, "headers": {"Content-Type": content_types.APPLICATION_JSON},
+            "body": json.dumps(error.body()), "isBase64Encoded": False}
+
+
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     size = _request_bytes(event)
     if size > MAX_REQUEST_BYTES:
-        error = ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                         f"the request body is {size} bytes; the limit is {MAX_REQUEST_BYTES} bytes")
-        return {"statusCode": error.status, "headers": {"Content-Type": content_types.APPLICATION_JSON},
-                "body": json.dumps(error.body()), "isBase64Encoded": False}
+        return _answer(ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                f"the request body is {size} bytes; the limit is {MAX_REQUEST_BYTES} bytes"))
+    refused = _refuse_body(event)
+    if refused is not None:
+        return _answer(refused)
     with runtime.borrowed_container():
         return app.resolve(event, context)

@@ -96,9 +96,12 @@ def api_error_for(error: KafkaError) -> ApiError:
                     kafka_error=error.code.name)
 
 
-def error_responses(*statuses: int) -> dict[int, dict[str, Any]]:
-    """OpenAPI ``responses`` entries for these error statuses, all with the ErrorBody schema."""
-    return {
-        status: {"description": HTTPStatus(status).phrase, "content": {"application/json": {"model": ErrorBody}}}
-        for status in statuses
-    }
+def responses(success: type[BaseModel] | None, *errors: int, status: int = HTTPStatus.OK) -> dict[int, dict[str, Any]]:
+    """OpenAPI ``responses`` of a route: its success answer (no body when ``success`` is None) and
+    these error statuses, all with the ErrorBody schema."""
+    entries: dict[int, dict[str, Any]] = {int(status): {"description": HTTPStatus(status).phrase}}
+    if success is not None:
+        entries[int(status)]["content"] = {"application/json": {"model": success}}
+    for error in errors:
+        entries[error] = {"description": HTTPStatus(error).phrase, "content": {"application/json": {"model": ErrorBody}}}
+    return entries

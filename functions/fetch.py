@@ -30,7 +30,7 @@ from broker_core.records import Record, decode_batch, parse_header
 from broker_core.records.errors import RecordsError, TruncatedBatchError
 from broker_core.records.header import HEADER_SIZE
 from functions import runtime
-from functions.errors import ApiError, api_error_for, error_responses
+from functions.errors import ApiError, api_error_for, responses
 from functions.models import (
     INT32_MAX,
     INT64_MAX,
@@ -282,7 +282,7 @@ def _as_fetched(records: list[Record], wanted: Format, next_offset: int) -> tupl
     "/v1/topics/<topic>/partitions/<partition>/records",
     summary="Read records of a partition from an offset or a timestamp",
     tags=["records"],
-    responses=error_responses(404, 416, 422, 502, 503),
+    responses=responses(FetchResponse, 404, 416, 422, 502, 503),
 )
 def fetch_records(
     topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)],

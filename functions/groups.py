@@ -29,7 +29,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from broker_core.metadata.errors import MetadataUnavailableError, UnknownTopicError
 from functions import group_state, runtime
-from functions.errors import ApiError, error_responses
+from functions.errors import ApiError, responses
 from functions.group_state import (
     FencedMemberEpochError,
     Group,
@@ -119,7 +119,7 @@ def _update(group_id: str, change: Callable[[Group], _T], *, create: bool = True
     "/v1/groups/<group_id>/members",
     summary="Join a group; the answer holds the member id, its epoch and its first assignment",
     tags=["groups"],
-    responses=error_responses(400, 422, 503),
+    responses=responses(MemberAssignment, 400, 415, 422, 503),
 )
 def join_group(group_id: GroupId, body: Annotated[JoinRequest, Body()]) -> MemberAssignment:
     member_id = uuid.uuid4().hex
@@ -136,7 +136,7 @@ def join_group(group_id: GroupId, body: Annotated[JoinRequest, Body()]) -> Membe
     "/v1/groups/<group_id>/members/<member_id>/heartbeat",
     summary="Heartbeat: stay in the group, acknowledge revocations, get the current assignment",
     tags=["groups"],
-    responses=error_responses(400, 404, 409, 422, 503),
+    responses=responses(MemberAssignment, 400, 404, 409, 415, 422, 503),
 )
 def heartbeat(group_id: GroupId, member_id: MemberId, body: Annotated[HeartbeatRequest, Body()]) -> MemberAssignment:
     owned = None
@@ -155,7 +155,7 @@ def heartbeat(group_id: GroupId, member_id: MemberId, body: Annotated[HeartbeatR
     "/v1/groups/<group_id>/members/<member_id>",
     summary="Leave a group; the member's partitions go to the others at once",
     tags=["groups"],
-    responses={204: {"description": "Left"}, **error_responses(404, 422, 503)},
+    responses=responses(None, 404, 422, 503, status=HTTPStatus.NO_CONTENT),
 )
 def leave_group(group_id: GroupId, member_id: MemberId) -> Response[None]:
     _update(group_id, lambda group: group_state.leave(group, member_id, _now_ms()), create=False)
@@ -166,7 +166,7 @@ def leave_group(group_id: GroupId, member_id: MemberId) -> Response[None]:
     "/v1/groups/<group_id>",
     summary="Describe a group: epochs, members and their assignments",
     tags=["groups"],
-    responses=error_responses(404, 422, 503),
+    responses=responses(GroupDescription, 404, 422, 503),
 )
 def describe_group(group_id: GroupId) -> GroupDescription:
     try:
@@ -191,7 +191,7 @@ def describe_group(group_id: GroupId) -> GroupDescription:
     "/v1/groups/<group_id>/offsets",
     summary="Commit offsets (the next offset to read, as in Kafka), fenced by the member's epoch",
     tags=["groups"],
-    responses=error_responses(400, 404, 409, 422, 503),
+    responses=responses(CommittedOffsets, 400, 404, 409, 415, 422, 503),
 )
 def commit_offsets(group_id: GroupId, body: Annotated[CommitRequest, Body()]) -> CommittedOffsets:
     store = _store()
@@ -217,7 +217,7 @@ def commit_offsets(group_id: GroupId, body: Annotated[CommitRequest, Body()]) ->
     "/v1/groups/<group_id>/offsets",
     summary="The group's committed offsets (of one topic, or all)",
     tags=["groups"],
-    responses=error_responses(422, 503),
+    responses=responses(CommittedOffsets, 422, 503),
 )
 def committed_offsets(
     group_id: GroupId,

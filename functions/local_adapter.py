@@ -216,7 +216,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
             log.warning("%s %s answered %d: %s", self.command, self.path, status, data[:500])
         self._send(status, headers, data)
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
+    def __getattr__(self, name: str) -> Any:
+        # Every method goes to the handler, as API Gateway's $default route sends every method on.
+        if name.startswith("do_"):
+            return self._serve
+        raise AttributeError(name)
 
 
 def _quiet_powertools() -> None:

@@ -199,7 +199,7 @@ class TopicConfig(_Strict):
 
 class CreateTopicRequest(_Strict):
     topic_name: str = Field(pattern=TOPIC_NAME_PATTERN)
-    partitions_count: int = Field(default=1, ge=1, le=1024)
+    partitions_count: int = Field(default=1, ge=1, le=256, description="at most 256 over HTTP; larger topics through the Kafka admin API")
     replication_factor: int = Field(default=1, ge=1, le=32)
     configs: list[TopicConfig] = Field(default_factory=list, max_length=64)
 

@@ -44,7 +44,7 @@ from broker_core.client import FloeClient, KafkaError
 from broker_core.partitioner import partition_for_key
 from broker_core.records import SimpleRecord, build_batch
 from functions import runtime
-from functions.errors import ApiError, FieldError, api_error_for, error_responses
+from functions.errors import ApiError, FieldError, api_error_for, responses
 from functions.models import (
     TOPIC_NAME_PATTERN,
     ProduceBody,
@@ -206,7 +206,7 @@ def _append_with_key(container: runtime.Container, prepared: PreparedProduce, id
     summary="Append records to a topic",
     description="One record, or {\"records\": [...]}, in Confluent REST v3 shape; acks=all.",
     tags=["records"],
-    responses=error_responses(400, 404, 409, 413, 422, 502, 503),
+    responses=responses(ProduceResponse, 400, 404, 409, 413, 415, 422, 502, 503),
 )
 def produce_records(
     topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)],

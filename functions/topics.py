@@ -16,7 +16,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from broker_core.client import FloeClient, KafkaError, TopicInfo
 from functions import runtime
-from functions.errors import ApiError, api_error_for, error_responses
+from functions.errors import ApiError, api_error_for, responses
 from functions.models import (
     TOPIC_NAME_PATTERN,
     CreateTopicRequest,
@@ -61,8 +61,7 @@ def _call(work: Any) -> Any:
     "/v1/topics",
     summary="Create a topic",
     tags=["topics"],
-    responses={201: {"description": "Created", "content": {"application/json": {"model": TopicDescription}}},
-               **error_responses(400, 409, 422, 502, 503)},
+    responses=responses(TopicDescription, 400, 409, 415, 422, 502, 503, status=HTTPStatus.CREATED),
 )
 def create_topic(body: Annotated[CreateTopicRequest, Body()]) -> Response[TopicDescription]:
     configs: dict[str, str] = {}
@@ -82,7 +81,7 @@ def create_topic(body: Annotated[CreateTopicRequest, Body()]) -> Response[TopicD
                     body=description.model_dump(mode="json"))
 
 
-@router.get("/v1/topics", summary="List topics", tags=["topics"], responses=error_responses(502, 503))
+@router.get("/v1/topics", summary="List topics", tags=["topics"], responses=responses(TopicList, 502, 503))
 def list_topics() -> TopicList:
     async def listing(client: FloeClient) -> TopicList:
         await client.list_topics()
@@ -95,7 +94,7 @@ def list_topics() -> TopicList:
     "/v1/topics/<topic>",
     summary="Describe a topic: partitions, leaders, ISR and configs",
     tags=["topics"],
-    responses=error_responses(404, 422, 502, 503),
+    responses=responses(TopicDescription, 404, 422, 502, 503),
 )
 def describe_topic(topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)]) -> TopicDescription:
     async def describe(client: FloeClient) -> TopicDescription:
@@ -109,7 +108,7 @@ def describe_topic(topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)]) -> T
     "/v1/topics/<topic>",
     summary="Delete a topic",
     tags=["topics"],
-    responses={204: {"description": "Deleted"}, **error_responses(404, 422, 502, 503)},
+    responses=responses(None, 404, 422, 502, 503, status=HTTPStatus.NO_CONTENT),
 )
 def delete_topic(topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)]) -> Response[None]:
     async def delete(client: FloeClient) -> None:
