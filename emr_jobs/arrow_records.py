@@ -4,16 +4,15 @@ This is the Spark reader's hot loop. ``broker_core.records.batch`` decodes one r
 Python objects, which is right for clients but costs microseconds per record; here only one small
 loop runs per record (walking the record-length varints to find where each record starts) and every
 field after that is decoded for all records of a group of batches at once with numpy: varints by
-gathering bytes at the start positions, keys and values by masking their byte ranges out of one
-buffer. The result is one ``pyarrow.RecordBatch`` per group, with the column types Spark's Arrow
-conversion expects for key, value, topic, partition, offset, timestamp, timestampType and (when
-asked for) headers.
+gathering bytes at the start positions; keys, values and headers by describing their byte ranges as
+an Arrow view array that Arrow's C++ cast gathers into a plain binary column. The result is one
+``pyarrow.RecordBatch`` per group, with the column types Spark's Arrow conversion expects for key,
+value, topic, partition, offset, timestamp, timestampType and (when asked for) headers.
 
 Semantics are those of a Kafka consumer reading uncommitted data: control batches (transaction
 markers) are skipped, a LogAppendTime batch gives every record the batch's maxTimestamp, and only
 records with ``start_offset <= offset < end_offset`` are returned. Every batch's CRC-32C is verified;
-bad bytes raise the ``broker_core.records`` error naming the byte position in the stream that was
-handed in (``stream_position`` says where that stream starts in its segment).
+bad bytes raise CorruptSegmentError naming the segment's object key and the byte position in it.
 """
 
 from __future__ import annotations
@@ -82,7 +81,6 @@ class RecordRange:
     start_offset: int
     end_offset: int
     include_headers: bool
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +204,6 @@ def _find_record_starts(data: bytearray, begin: int, section: _Section, object_k
     except IndexError:
         odd = 1
     if odd & 1 or position != end:
-        del starts[len(starts) - section.header.records_count :]
         _raise_for_bad_lengths(data, begin, section, object_key)
 
 
@@ -319,7 +316,7 @@ def _decode_group(group: list[_Section], records: RecordRange, object_key: str) 
     section_of = np.repeat(np.arange(len(group)), counts)
 
     length, position, bad = _varints(buf, record_starts, _MAX_VARINT_BYTES)
-    record_end = position + length  # _record_starts checked that every record ends inside its section
+    record_end = position + length  # _find_record_starts checked that every record ends inside its section
     position = position + 1  # attributes: unused by every message format so far
     timestamp_delta, position, too_long = _varints(buf, np.minimum(position, record_end), _MAX_VARLONG_BYTES)
     bad |= too_long
