@@ -107,12 +107,14 @@ class Connection:
             return False
         try:
             response = await self.handlers.handle(request)
+            if response is None:
+                return True
+            # A response the version cannot carry (e.g. a null topic name before Metadata v12) fails here.
+            parts = encode_response(request.api_key, request.api_version, request.correlation_id, response)
         except Exception:
             log.exception("%s v%d from %s failed", api_name(request.api_key), request.api_version, self.peer)
             return False
-        if response is None:
-            return True
-        await self._send(encode_response(request.api_key, request.api_version, request.correlation_id, response))
+        await self._send(parts)
         return True
 
     async def _send(self, parts: list) -> None:
