@@ -197,7 +197,12 @@ class Broker:
 
     async def _enforce_retention(self) -> None:
         for partition in list(self.replicas.partitions.values()):
-            partition.log.enforce_retention()
+            topic = self.image.topics.get(partition.topic)
+            if topic is None or effective(topic.configs, self.config, "remote.storage.enable") == "true":
+                # The tiering service owns retention of tiered topics: a local segment may go only
+                # once the manifest says it is in S3.
+                continue
+            partition.log.enforce_retention(high_watermark=partition.high_watermark)
 
     # helpers for handlers ----------------------------------------------------------------------
 
