@@ -73,3 +73,14 @@ class CorruptIndexesError(FloeReadError):
         super().__init__(f"{object_key}: {reason}")
         self.object_key = object_key
         self.reason = reason
+
+
+class SegmentGoneError(FloeReadError):
+    """A segment object the plan named is no longer in S3: remote retention deleted it after planning.
+
+    Reading again plans from the manifest as it is now.
+    """
+
+    def __init__(self, object_key: str) -> None:
+        super().__init__(f"{object_key} is gone from S3 (deleted by retention after the read was planned); read again")
+        self.object_key = object_key

@@ -17,13 +17,14 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from broker_core.aws import AwsSettings
 from broker_core.metadata.store import MetadataStore
 from broker_core.records.batch import decode_batch
 from broker_core.records.errors import RecordsError, TruncatedBatchError
 from broker_core.records.header import parse_header, verify_crc
-from emr_jobs.errors import CorruptIndexesError, CorruptSegmentError
+from emr_jobs.errors import CorruptIndexesError, CorruptSegmentError, SegmentGoneError
 from emr_jobs.options import LOCAL_STACK_CREDENTIALS, ReadOptions
 from tiered_storage.indexes import CorruptIndexesObjectError, SegmentIndexes, decode_indexes
 from tiered_storage.manifest import ManifestStore, RemoteSegment
@@ -63,7 +64,7 @@ def committed_segments(settings: AwsSettings, topic_id: str, partitions: Sequenc
 
 def read_indexes(settings: AwsSettings, segment: RemoteSegment) -> SegmentIndexes:
     """The decoded indexes object of ``segment``, checked against its manifest row."""
-    response = s3_client(settings).get_object(Bucket=settings.bucket, Key=segment.indexes_key)
+    response = _get_object(settings, segment.indexes_key)
     try:
         indexes = decode_indexes(response["Body"].read())
     except CorruptIndexesObjectError as error:
@@ -81,6 +82,15 @@ def read_indexes(settings: AwsSettings, segment: RemoteSegment) -> SegmentIndexe
     return indexes
 
 
+def _get_object(settings: AwsSettings, key: str, **kwargs: str) -> Any:
+    try:
+        return s3_client(settings).get_object(Bucket=settings.bucket, Key=key, **kwargs)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "NoSuchKey":
+            raise SegmentGoneError(key) from error
+        raise
+
+
 def read_range(settings: AwsSettings, key: str, start: int, end: int, chunk_bytes: int = READ_CHUNK_BYTES) -> Iterator[bytes]:
     """Bytes ``[start, end)`` of an object, from one ranged GET, in chunks of up to ``chunk_bytes``.
 
@@ -89,7 +99,7 @@ def read_range(settings: AwsSettings, key: str, start: int, end: int, chunk_byte
     """
     if end <= start:
         return
-    response = s3_client(settings).get_object(Bucket=settings.bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+    response = _get_object(settings, key, Range=f"bytes={start}-{end - 1}")
     body = response["Body"]
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="floe-s3-read") as pool:

@@ -10,6 +10,7 @@ import json
 import struct
 from pathlib import Path
 
+import boto3
 import pyarrow as pa
 import pytest
 
@@ -17,7 +18,7 @@ from broker_core.aws import AwsSettings
 from broker_core.metadata.errors import UnknownTopicError
 from emr_jobs import FloeReader
 from emr_jobs.arrow_records import arrow_schema
-from emr_jobs.errors import OffsetNotTieredError, UnknownPartitionError
+from emr_jobs.errors import OffsetNotTieredError, SegmentGoneError, UnknownPartitionError
 from emr_jobs.options import parse_options
 from emr_jobs.planning import SegmentRead
 from tests.emr_jobs.conftest import aws_options
@@ -183,3 +184,13 @@ def test_input_partitions_survive_pickling_as_spark_ships_them(tiered) -> None:
     reads = reader(settings).partitions()
     assert all(isinstance(r, SegmentRead) for r in reads)
     assert pickle.loads(pickle.dumps(reads)) == reads
+
+
+def test_a_segment_deleted_after_planning_fails_its_read_with_a_named_error(tiered) -> None:
+    settings, _ = tiered
+    floe = reader(settings)
+    first = floe.partitions()[0]
+    boto3.client("s3", **settings.boto3_kwargs()).delete_object(Bucket=settings.bucket, Key=first.log_key)
+    with pytest.raises(SegmentGoneError) as raised:
+        list(floe.read(first))
+    assert raised.value.object_key == first.log_key
