@@ -156,10 +156,14 @@ class Partition:
         self.log.truncate_to(offset)
         self.high_watermark = min(self.high_watermark, offset)
         self.producers.load(self.log)
+        # Replace a snapshot taken above the cut: it holds batches the log no longer has and lacks
+        # the ones fetched in their place, which a later reload would otherwise trust.
+        self.producers.write_snapshot(self.log.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
         self.high_watermark = max(self.high_watermark, offset)
+        self.producers.path.unlink(missing_ok=True)  # it describes a log that is gone
         self.producers.load(self.log)
 
     def after_local_append(self) -> None:
