@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -139,10 +139,17 @@ class ContinuousProducer:
                         break
                     except BufferError:
                         self._producer.poll(0.1)
+                    except KafkaException as exc:  # the producer is in a fatal state
+                        self.fatal_errors.append(str(exc))
+                        return
                 else:
                     return
                 self.sent += 1
-            self._producer.poll(0)
+            try:
+                self._producer.poll(0)
+            except KafkaException as exc:
+                self.fatal_errors.append(str(exc))
+                return
             next_tick += tick_s
             delay = next_tick - time.monotonic()
             if delay > 0:
@@ -165,7 +172,11 @@ class ContinuousProducer:
         """Stop writing and wait for outstanding deliveries; returns how many are still undelivered."""
         self._stopping.set()
         self._thread.join()
-        return self._producer.flush(timeout_s)
+        try:
+            return self._producer.flush(timeout_s)
+        except KafkaException as exc:
+            self.fatal_errors.append(str(exc))
+            return len(self._producer)
 
 
 # direct probes -----------------------------------------------------------------------------------
