@@ -37,7 +37,6 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 _RETRY_BACKOFF_S = 0.2
-_STALL_S = 1.0
 
 
 @dataclass
@@ -47,9 +46,9 @@ class FollowedPartition:
     needs_truncation: bool = True
     stalled_until: float = 0.0
 
-    def stall(self) -> None:
+    def stall(self, seconds: float) -> None:
         """Skip this partition for a while: its leader refused it; new metadata or time may fix that."""
-        self.stalled_until = asyncio.get_running_loop().time() + _STALL_S
+        self.stalled_until = asyncio.get_running_loop().time() + seconds
 
 
 class ReplicaFetcher:
@@ -60,6 +59,9 @@ class ReplicaFetcher:
         self._connection: BrokerConnection | None = None
         self._task: asyncio.Task | None = None
         self._wakeup = asyncio.Event()
+        # A refusal mostly means the leader or this broker has not read the latest metadata yet;
+        # both will have within one poll interval.
+        self._stall_s = broker.config.get_int("metadata.poll.interval.ms") / 1000
 
     def follow(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
@@ -163,7 +165,7 @@ class ReplicaFetcher:
         for f, latest in asks:
             answer = answers.get((f.partition.topic, f.partition.index))
             if answer is None or answer.error_code != ErrorCode.none:
-                f.stall()
+                f.stall(self._stall_s)
                 continue
             log_ = f.partition.log
             if answer.end_offset < 0:
@@ -223,7 +225,7 @@ class ReplicaFetcher:
             # Not (or no longer) the leader at our epoch: wait for the metadata to say who leads.
             log.info("%s-%d: leader %d answered %s; waiting for new metadata", partition.topic, partition.index,
                      self.leader_id, code.name)
-            f.stall()
+            f.stall(self._stall_s)
             return
         if answer.records:
             try:
@@ -242,7 +244,7 @@ class ReplicaFetcher:
         partition = f.partition
         latest = await self._leader_offset(connection, f, LATEST_TIMESTAMP)
         if latest is None:
-            f.stall()
+            f.stall(self._stall_s)
             return
         if partition.log_end_offset > latest:
             partition.truncate_to(latest)
