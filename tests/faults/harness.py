@@ -162,7 +162,7 @@ class ContinuousProducer:
         target = len(self.acked) + count
         deadline = time.monotonic() + timeout_s
         while len(self.acked) < target:
-            if time.monotonic() > deadline:
+            if self.fatal_errors or time.monotonic() > deadline:
                 raise HarnessError(
                     f"producer stalled: {len(self.acked)} acknowledged, wanted {target} within {timeout_s:.0f}s "
                     f"(sent {self.sent}, failed {len(self.failed)}, fatal errors {self.fatal_errors})")
