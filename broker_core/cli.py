@@ -35,7 +35,7 @@ _CONSUME_POLL_MS = 500
 
 def _local_up(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
-    stack = LocalStack(directory=args.data_dir, brokers=args.brokers, overrides=overrides)
+    stack = LocalStack(directory=args.data_dir, brokers=args.brokers, overrides=overrides, http=args.http)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
@@ -55,6 +55,12 @@ def _local_up(args: argparse.Namespace) -> int:
     print("stopping the stack ...", file=sys.stderr, flush=True)
     stack.stop()
     return 0
+
+
+def _local_demo(args: argparse.Namespace) -> int:
+    from broker_core.demo import run_demo
+
+    return run_demo(args.size, args.data_dir)
 
 
 # talking to a cluster ----------------------------------------------------------------------------
@@ -264,7 +270,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", type=Path, default=DEFAULT_DIR)
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a Kafka broker config for every broker, e.g. log.segment.bytes=1048576")
+    up.add_argument("--http", action=argparse.BooleanOptionalAction, default=True,
+                    help="also serve the HTTP API through the local adapter (default: on)")
     up.set_defaults(func=_local_up)
+    demo = local.add_parser("demo", help="run the end-to-end demo on a fresh 3-broker local stack")
+    demo.add_argument("--size", choices=("full", "small"), default="full",
+                      help="full: about 200k records over HTTP and 1M over Kafka; small: a quick run of the same steps")
+    demo.add_argument("--data-dir", type=Path, default=Path(".floe/demo"),
+                      help="where the demo's stack lives (emptied first)")
+    demo.set_defaults(func=_local_demo)
 
     cluster = argparse.ArgumentParser(add_help=False)
     where = cluster.add_mutually_exclusive_group()

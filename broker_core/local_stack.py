@@ -224,11 +224,12 @@ class LocalStack:
         self.http_url = None
         if process is None or process.poll() is not None:
             return
-        process.send_signal(signal.SIGTERM)
+        # The adapter leads its own process group (its worker processes): signal the whole group.
+        os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=_BROKER_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
     # stack.json --------------------------------------------------------------------------------
@@ -280,8 +281,15 @@ class LocalStack:
             items = []
             for page in dynamodb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
                 items += page["Items"]
-            # Items stay in DynamoDB's own attribute-value JSON, so every type round-trips exactly.
-            (tables_dir / f"{table}.json").write_text(json.dumps(items))
+            # Items stay in DynamoDB's own attribute-value JSON, so every type round-trips exactly. The
+            # key schema comes along: tables the brokers or the HTTP adapter create only after the
+            # restore (manifest, groups, idempotency) must exist before their items go back.
+            described = dynamodb.describe_table(TableName=table)["Table"]
+            (tables_dir / f"{table}.json").write_text(json.dumps({
+                "key_schema": described["KeySchema"],
+                "attribute_definitions": described["AttributeDefinitions"],
+                "items": items,
+            }))
         s3 = self._s3()
         keys = []
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
@@ -305,8 +313,16 @@ class LocalStack:
         if not tables_dir.exists():
             return
         dynamodb = self._dynamodb()
+        existing = set(dynamodb.list_tables()["TableNames"])
         for path in sorted(tables_dir.glob("*.json")):
-            for item in json.loads(path.read_text()):
+            saved = json.loads(path.read_text())
+            items = saved if isinstance(saved, list) else saved["items"]
+            if path.stem not in existing and isinstance(saved, dict):
+                dynamodb.create_table(TableName=path.stem, KeySchema=saved["key_schema"],
+                                      AttributeDefinitions=saved["attribute_definitions"],
+                                      BillingMode="PAY_PER_REQUEST")
+                dynamodb.get_waiter("table_exists").wait(TableName=path.stem)
+            for item in items:
                 dynamodb.put_item(TableName=path.stem, Item=item)
         s3 = self._s3()
         for key in json.loads((state / "objects.json").read_text()) if (state / "objects.json").exists() else []:

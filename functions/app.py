@@ -17,7 +17,6 @@ import json
 from http import HTTPStatus
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
@@ -27,17 +26,12 @@ from broker_core.client import ClientError, KafkaError
 from functions import fetch, groups, produce, runtime, topics
 from functions.errors import ApiError, FieldError, api_error_for
 from functions.models import UNION_TAGS
+from functions.telemetry import logger, metrics, tracer
 
-SERVICE = "floe-http"
 API_TITLE = "Floe HTTP API"
 API_VERSION = "1.0.0"
 # Lambda takes request payloads up to 6 MB; API Gateway would pass larger ones on to a failed invoke.
 MAX_REQUEST_BYTES = 6 * 1024 * 1024
-
-logger = Logger(service=SERVICE)
-tracer = Tracer(service=SERVICE)
-metrics = Metrics(namespace="Floe", service=SERVICE)
-
 
 def _parse_json(text: str) -> Any:
     try:

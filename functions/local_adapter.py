@@ -8,8 +8,11 @@ the HTTP response. Where API Gateway checks IAM signatures, the adapter checks a
 (``Authorization: Bearer <token>``), the one `floe local up` writes into stack.json; like API
 Gateway it refuses bodies over 10 MB itself (the handler refuses those over Lambda's 6 MB).
 
-Requests are served concurrently, one thread per connection; each invocation borrows a warm
-container (functions.runtime), as concurrent Lambda invocations each get one. Run it as
+Like Lambda, which gives each concurrent invocation a container of its own, the adapter runs
+``--workers`` processes (default 4) that share the listening socket, each serving one request at a
+time (Powertools' resolver keeps the current request in class attributes, so one process must not
+serve two at once). Every answer closes its connection, so an idle client never holds a worker.
+Run it as
 ``python -m functions.local_adapter --port 0 --ready-file F`` with the token in FLOE_HTTP_TOKEN
 and the cluster settings in the environment (FLOE_BOOTSTRAP_SERVERS, FLOE_AWS_ENDPOINT_URL, ...);
 it creates the front ends' tables, then writes ``{"port", "url", "pid"}`` to the ready file.
@@ -25,13 +28,13 @@ import json
 import logging
 import os
 import signal
-import threading
+import socket
 import time
 import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -40,6 +43,7 @@ ENV_TOKEN = "FLOE_HTTP_TOKEN"
 API_GATEWAY_MAX_BODY_BYTES = 10 * 1024 * 1024
 LAMBDA_TIMEOUT_S = 30.0
 _DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
+DEFAULT_WORKERS = 4
 _ACCOUNT_ID = "000000000000"
 _API_ID = "floelocal"
 _FUNCTION_NAME = "floe-http-local"
@@ -122,22 +126,23 @@ def api_gateway_event(method: str, target: str, headers: list[tuple[str, str]], 
     return event
 
 
-class LocalApiServer(ThreadingHTTPServer):
-    """Loopback HTTP server invoking ``handler`` per request after checking the bearer token."""
+class LocalApiServer(HTTPServer):
+    """One "container": serves one request at a time on a listening socket, invoking ``handler``
+    after checking the bearer token. Several of them (processes) may share one socket."""
 
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], token: str, handler: Handler, region: str = "us-east-1") -> None:
+    def __init__(self, listening: socket.socket, token: str, handler: Handler, region: str = "us-east-1") -> None:
         if not token:
             raise ValueError("the local adapter needs a non-empty bearer token")
         self.token = token
         self.handler = handler
         self.region = region
-        super().__init__(address, _RequestHandler)
+        super().__init__(listening.getsockname()[:2], _RequestHandler, bind_and_activate=False)
+        self.socket.close()
+        self.socket = listening
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        host, port = self.socket.getsockname()[:2]
         return f"http://{host}:{port}"
 
 
@@ -152,15 +157,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         """Requests are not logged one by one (the handler logs); failures are, in _serve."""
 
-    def _send(self, status: int, headers: dict[str, str], body: bytes, *, close: bool = False) -> None:
+    def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        """Answer and close: a worker then goes back to accepting, so no idle client can hold it."""
         self.send_response(status)
         for name, value in headers.items():
             if name.lower() not in ("content-length", "connection"):
                 self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
+        self.send_header("Connection", "close")
+        self.close_connection = True
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -172,15 +177,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         json_type = {"Content-Type": "application/json"}
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            self._send(411, json_type, _json_bytes(411, "send a Content-Length; chunked bodies are not accepted"),
-                       close=True)
+            self._send(411, json_type, _json_bytes(411, "send a Content-Length; chunked bodies are not accepted"))
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
         if length < 0:
-            self._send(400, json_type, _json_bytes(400, "Content-Length is not a number"), close=True)
+            self._send(400, json_type, _json_bytes(400, "Content-Length is not a number"))
             return
         if length > API_GATEWAY_MAX_BODY_BYTES:
             left = length if length <= _DRAIN_LIMIT_BYTES else 0
@@ -190,7 +194,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     break
                 left -= len(chunk)
             self._send(413, json_type, _json_bytes(413, f"the body is {length} bytes; API Gateway takes at most "
-                                                        f"{API_GATEWAY_MAX_BODY_BYTES}"), close=True)
+                                                        f"{API_GATEWAY_MAX_BODY_BYTES}"))
             return
         body = self.rfile.read(length) if length else b""
         if not self._authorized():
@@ -231,10 +235,21 @@ def _quiet_powertools() -> None:
     os.environ.setdefault("AWS_LAMBDA_FUNCTION_NAME", _FUNCTION_NAME)
 
 
+def _serve_in_child(listening: socket.socket, token: str, handler: Handler, region: str) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        LocalApiServer(listening, token, handler, region).serve_forever()
+    finally:
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="floe-http-local", description="Serve Floe's HTTP API on loopback")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help=f"concurrent invocations, one process each (default {DEFAULT_WORKERS})")
     parser.add_argument("--ready-file", type=Path, default=None,
                         help='write {"port", "url", "pid"} here once requests are served')
     args = parser.parse_args(argv)
@@ -242,26 +257,54 @@ def main(argv: list[str] | None = None) -> None:
     token = os.environ.get(ENV_TOKEN, "")
     if not token:
         parser.error(f"{ENV_TOKEN} must hold the bearer token clients will send")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     _quiet_powertools()
     from functions import runtime, tables
     from functions.app import lambda_handler
 
     settings = runtime.settings()
     tables.ensure_tables(settings.aws)
-    server = LocalApiServer((args.host, args.port), token, lambda_handler, region=settings.aws.region)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    serving = threading.Thread(target=server.serve_forever, name="floe-http-serve", daemon=True)
-    serving.start()
+    listening = socket.create_server((args.host, args.port), backlog=256)
+    url = f"http://{args.host}:{listening.getsockname()[1]}"
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    workers: set[int] = set()
+
+    def spawn() -> None:
+        pid = os.fork()
+        if pid == 0:
+            _serve_in_child(listening, token, lambda_handler, settings.aws.region)
+        workers.add(pid)
+
+    for _ in range(args.workers):
+        spawn()
     if args.ready_file:
         tmp = args.ready_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"port": server.server_address[1], "url": server.url, "pid": os.getpid()}))
+        tmp.write_text(json.dumps({"port": listening.getsockname()[1], "url": url, "pid": os.getpid()}))
         tmp.rename(args.ready_file)
-    log.info("serving %s", server.url)
-    stop.wait()
-    server.shutdown()
-    server.server_close()
+    log.info("serving %s with %d workers", url, args.workers)
+    while not stopping:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = 0, 0
+        if pid in workers:
+            workers.discard(pid)
+            log.error("worker %d exited (status %d); starting another", pid, status)
+            spawn()
+        time.sleep(0.2)
+    for pid in workers:
+        os.kill(pid, signal.SIGTERM)
+    for pid in workers:
+        os.waitpid(pid, 0)
+    listening.close()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from http import HTTPStatus
 from typing import Annotated, Any
 
 import boto3
-from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 from aws_lambda_powertools.metrics import MetricUnit
@@ -53,9 +52,9 @@ from functions.models import (
     ProduceResponse,
     ProduceResult,
 )
+from functions.telemetry import metrics
 
 router = Router()
-metrics = Metrics()
 
 IDEMPOTENCY_EXPIRY_S = 24 * 3600
 _IDEMPOTENCY_KEY_PREFIX = "floe-http-produce"

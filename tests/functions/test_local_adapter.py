@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+from pathlib import Path
 
 from broker_core.local_stack import LocalStack, load_stack
 from functions.local_adapter import api_gateway_event
+from tests.functions.conftest import HTTP_STACK_OVERRIDES
 from tests.functions.http_api import HttpApi
 
 
@@ -67,3 +69,30 @@ def test_the_openapi_document_lists_every_route(api: HttpApi) -> None:
         "/v1/groups/{group_id}", "/v1/groups/{group_id}/members", "/v1/groups/{group_id}/members/{member_id}",
         "/v1/groups/{group_id}/members/{member_id}/heartbeat", "/v1/groups/{group_id}/offsets",
     }
+
+
+def test_a_restarted_stack_keeps_idempotency_records_and_group_offsets(tmp_path: Path) -> None:
+    def started() -> tuple[LocalStack, HttpApi]:
+        stack = LocalStack(directory=tmp_path, brokers=1, overrides=HTTP_STACK_OVERRIDES, http=True)
+        stack.start()
+        http = stack.describe()["http"]
+        return stack, HttpApi(http["url"], http["token"])
+
+    body = {"records": [{"value": {"type": "STRING", "data": "once"}}]}
+    key = {"Idempotency-Key": "restart-1"}
+    stack, api = started()
+    try:
+        assert api.post("/v1/topics", {"topic_name": "kept"}).status == 201
+        first = api.post("/v1/topics/kept/records", body, headers=key)
+        assert first.status == 200
+        assert api.post("/v1/groups/g/offsets", {"offsets": [{"topic": "kept", "partition_id": 0, "offset": 1}]}).status == 200
+    finally:
+        stack.stop()
+    stack, api = started()
+    try:
+        assert api.post("/v1/topics/kept/records", body, headers=key).body == first.body
+        assert api.get("/v1/topics/kept/partitions/0/records?offset=0").body["next_offset"] == 1
+        assert api.get("/v1/groups/g/offsets").body["offsets"] == [
+            {"topic": "kept", "partition_id": 0, "offset": 1, "metadata": ""}]
+    finally:
+        stack.stop(save_state=False)
