@@ -20,6 +20,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from .bounds import LengthOutOfBoundsError, check_lengths
 from .messages import API_VERSIONS_KEY, SUPPORTED_VERSIONS, request_class, response_class
 
 _SIZE = struct.Struct(">i")
@@ -105,10 +106,13 @@ def decode_request(frame: bytes) -> Request:
     cls = request_class(api_key, api_version)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     try:
+        # kio reserves memory for declared array lengths before reading them; a frame declaring
+        # more than it holds must never reach it (the reservation failing aborts the process).
+        check_lengths(header_cls, cls, frame)
         header, header_size = entity_reader(header_cls)(frame, 0)
         body, _ = entity_reader(cls)(frame, header_size)
     # kio raises KeyError("Unknown tagged field tag: N") for a tagged field its schema lacks.
-    except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError, KeyError) as exc:
+    except (SerialError, LengthOutOfBoundsError, ValueError, TypeError, UnicodeDecodeError, OverflowError, KeyError) as exc:
         raise InvalidRequestError(
             f"cannot decode {cls.__name__} v{api_version}: {exc}",
             api_key=api_key,
