@@ -176,9 +176,9 @@ def main() -> None:
                 asyncio.run(create_topics(stack.bootstrap_servers, [http_topic, kafka_topic]))
                 http_side.run(http_topic, bodies[:warmup], args.concurrency)
                 asyncio.run(kafka_run(stack.bootstrap_servers, kafka_topic, batches[:warmup], args.concurrency))
-                order = ["http", "kafka"] if run % 2 == 0 else ["kafka", "http"]
-                result: dict[str, Any] = {"first": order[0], "cpu_pressure_before": cpu_pressure()}
-                for side in order:
+                sides = ["http", "kafka"] if run % 2 == 0 else ["kafka", "http"]
+                result: dict[str, Any] = {"first": sides[0], "cpu_pressure_before": cpu_pressure()}
+                for side in sides:
                     if side == "http":
                         result[side] = http_side.run(http_topic, bodies, args.concurrency)
                     else:

@@ -226,17 +226,19 @@ def _latest_offset(container: runtime.Container, topic: str, partition: int) -> 
 
 
 def _from_s3(container: runtime.Container, description: TopicDescription, partition: int, offset: int,
-             max_bytes: int) -> tuple[list[Record], int] | None:
-    """(records, next offset) when a remote segment holds ``offset``, else None (the broker has it)."""
-    for refresh in (False, True):
-        segment = _segment_holding(_remote_segments(container, description, partition, refresh=refresh), offset)
+             max_bytes: int, *, refresh: bool = False) -> tuple[list[Record], int] | None:
+    """(records, next offset) when a remote segment holds ``offset``, else None (the broker has it).
+
+    ``refresh`` reads the manifest afresh instead of trusting the cached segment list."""
+    for fresh in (refresh, True):
+        segment = _segment_holding(_remote_segments(container, description, partition, refresh=fresh), offset)
         if segment is None:
             return None
         try:
             return read_tiered(container, segment, offset, max_bytes)
         except BotoClientError as error:
             missing = error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404")
-            if missing and not refresh:
+            if missing and not fresh:
                 continue  # retention deleted the segment since the manifest was read: look again
             raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"S3 read of {segment.log_key} failed: {error}") from error
         except BotoCoreError as error:
@@ -255,6 +257,8 @@ def _from_broker(container: runtime.Container, topic: str, partition: int, offse
         if error.code.name == "offset_out_of_range":
             raise _out_of_range(container, topic, partition, offset) from error
         raise api_error_for(error) from error
+    except ClientError as error:
+        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"the brokers could not be reached: {error}") from error
     return result.records, result.next_offset, result.high_watermark
 
 
@@ -306,14 +310,29 @@ def fetch_records(
             latest = _latest_offset(container, topic, partition)
             return FetchResponse(topic_name=topic, partition_id=partition, records=[], next_offset=latest,
                                  high_watermark=latest, source="broker")
-    if is_tiered(description.configs):
-        tiered = _from_s3(container, description, partition, offset, max_bytes)
-        if tiered is not None:
-            records, next_offset = tiered
-            fetched, next_offset = _as_fetched(records, format, next_offset)
-            return FetchResponse(topic_name=topic, partition_id=partition, records=fetched, next_offset=next_offset,
-                                 high_watermark=None, source="s3")
-    records, next_offset, high_watermark = _from_broker(container, topic, partition, offset, max_bytes, max_wait_ms)
+    tiered = is_tiered(description.configs)
+    if tiered:
+        from_s3 = _from_s3(container, description, partition, offset, max_bytes)
+        if from_s3 is not None:
+            return _s3_answer(topic, partition, from_s3, format)
+    try:
+        records, next_offset, high_watermark = _from_broker(container, topic, partition, offset, max_bytes,
+                                                            max_wait_ms)
+    except ApiError as error:
+        if not tiered or error.status < 500:
+            raise
+        # The brokers failed us: S3 may hold the offset by now, though the cached manifest said not.
+        from_s3 = _from_s3(container, description, partition, offset, max_bytes, refresh=True)
+        if from_s3 is None:
+            raise
+        return _s3_answer(topic, partition, from_s3, format)
     fetched, next_offset = _as_fetched(records, format, next_offset)
     return FetchResponse(topic_name=topic, partition_id=partition, records=fetched, next_offset=next_offset,
                          high_watermark=high_watermark, source="broker")
+
+
+def _s3_answer(topic: str, partition: int, found: tuple[list[Record], int], wanted: Format) -> FetchResponse:
+    records, next_offset = found
+    fetched, next_offset = _as_fetched(records, wanted, next_offset)
+    return FetchResponse(topic_name=topic, partition_id=partition, records=fetched, next_offset=next_offset,
+                         high_watermark=None, source="s3")

@@ -50,7 +50,6 @@ from functions.models import (
     ProduceRecord,
     ProduceRecords,
     ProduceResponse,
-    ProduceResult,
 )
 from functions.telemetry import metrics
 
@@ -219,4 +218,4 @@ def produce_records(
         answer = append(container, prepared)
     else:
         answer = _append_with_key(container, prepared, idempotency_key, router.current_event.body or "")
-    return ProduceResponse(results=[ProduceResult(**result) for result in answer["results"]])
+    return ProduceResponse.model_validate(answer)
