@@ -163,7 +163,7 @@ def main() -> None:
 
     bodies = [http_body(n * RECORDS_PER_REQUEST) for n in range(args.requests)]
     batches = [kafka_batches(n * RECORDS_PER_REQUEST) for n in range(args.requests)]
-    warmup = 2 * args.concurrency
+    warmup = 4 * DEFAULT_WORKERS
     with tempfile.TemporaryDirectory(prefix="floe-http-bench-") as directory:
         stack = LocalStack(directory=Path(directory), brokers=1, overrides=BROKER_OVERRIDES, http=True)
         stack.start()
@@ -174,7 +174,8 @@ def main() -> None:
             for run in range(args.runs):
                 http_topic, kafka_topic = f"bench-http-{run}", f"bench-kafka-{run}"
                 asyncio.run(create_topics(stack.bootstrap_servers, [http_topic, kafka_topic]))
-                http_side.run(http_topic, bodies[:warmup], args.concurrency)
+                # Every adapter worker (a "container") gets warm requests before the measured ones.
+                http_side.run(http_topic, bodies[:warmup], DEFAULT_WORKERS)
                 asyncio.run(kafka_run(stack.bootstrap_servers, kafka_topic, batches[:warmup], args.concurrency))
                 sides = ["http", "kafka"] if run % 2 == 0 else ["kafka", "http"]
                 result: dict[str, Any] = {"first": sides[0], "cpu_pressure_before": cpu_pressure()}

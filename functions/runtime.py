@@ -1,8 +1,8 @@
 """What a front-end container keeps between invocations: settings, an event loop, and cached clients.
 
-A Lambda container runs one invocation at a time; the local HTTP adapter runs several at once on
-threads, so each invocation borrows a `Container` from a pool for its duration (in Lambda the pool
-holds exactly one). A container holds an asyncio loop with a `FloeClient` (its broker connections
+A Lambda container runs one invocation at a time, and so does each worker process of the local
+HTTP adapter. An invocation borrows a `Container` from its process's pool for its duration (the
+pool holds one in practice; it keeps two overlapping calls from ever sharing one). A container holds an asyncio loop with a `FloeClient` (its broker connections
 and metadata cache), DynamoDB and S3 clients, and short-lived caches of topic facts. None of it is
 needed for correctness: every cache entry expires within ``METADATA_TTL_S``, a broker answer that
 contradicts the cache drops it, and a broken client is replaced on the next call. Settings come
@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -87,13 +87,13 @@ class Container:
             self._client = client
         return self._client
 
-    def call(self, work: Any) -> Any:
+    def call(self, work: Callable[[FloeClient], Awaitable[_T]]) -> _T:
         """Run ``work(client)`` (a coroutine function) on this container's loop and client.
 
         A client that could reach no broker is dropped, so the next call starts afresh from the
         bootstrap servers.
         """
-        async def with_client() -> Any:
+        async def with_client() -> _T:
             client = await self.client()
             try:
                 return await work(client)
