@@ -102,6 +102,12 @@ def tiered_codecs(stack: LocalStack, topic_id: str) -> set[Compression]:
     return codecs
 
 
+def active_segment_bases(stack: LocalStack) -> dict[int, int]:
+    """The base offset of each partition's active (never tiered) segment on the broker's disk."""
+    data_dir = stack.processes[1].data_dir
+    return {p: max(int(path.stem) for path in (data_dir / f"{TOPIC}-{p}").glob("*.log")) for p in range(PARTITIONS)}
+
+
 def consume(stack: LocalStack, ends: dict[int, int]) -> dict[int, list[tuple]]:
     """Every record below ``ends`` of each partition, as a consumer assigned from the earliest offset reads it."""
     consumer = Consumer(
@@ -189,6 +195,11 @@ def test_spark_reads_exactly_the_rows_a_consumer_reads_in_the_same_order(spark: 
         wait_until(
             lambda: all(end > last_of_codecs[p] for p, end in tiered_end_offsets(stack, topic_id).items()),
             "the manifest to cover every record produced in the five codecs",
+        )
+        # Then until every sealed segment is tiered, so that nothing changes while the two sides read.
+        wait_until(
+            lambda: tiered_end_offsets(stack, topic_id) == active_segment_bases(stack),
+            "the manifest to reach each partition's active segment",
         )
         ends = tiered_end_offsets(stack, topic_id)
         expected = consume(stack, ends)
