@@ -13,6 +13,7 @@ range-GETs one segment or byte range and decodes it to Arrow (``emr_jobs.arrow_r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -60,21 +61,17 @@ class FloeReader(DataSourceReader):
         topic_id, num_partitions = remote.topic_partitions(settings, options.topic)
         check_partitions(options, num_partitions)
         all_segments = remote.committed_segments(settings, topic_id, range(num_partitions))
+        # A timestamp lookup and the byte-range cuts may both need a segment's indexes object: fetch it once.
+        load_indexes = functools.cache(functools.partial(remote.read_indexes, settings))
         reads: list[InputPartition] = []
         for partition, segments in all_segments.items():
             offsets = resolve_offsets(
                 options,
                 partition,
                 segments,
-                lambda timestamp, segments=segments: remote.find_offset_for_timestamp(settings, segments, timestamp),
+                functools.partial(remote.find_offset_for_timestamp, settings, segments, load_indexes=load_indexes),
             )
-            reads += plan_segment_reads(
-                options.topic,
-                offsets,
-                segments,
-                options.max_bytes_per_partition,
-                lambda segment: remote.read_indexes(settings, segment),
-            )
+            reads += plan_segment_reads(options.topic, offsets, segments, options.max_bytes_per_partition, load_indexes)
         return reads
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -114,19 +114,25 @@ def read_range(settings: AwsSettings, key: str, start: int, end: int, chunk_byte
         body.close()
 
 
-def find_offset_for_timestamp(settings: AwsSettings, segments: Sequence[RemoteSegment], timestamp_ms: int) -> int | None:
+def find_offset_for_timestamp(
+    settings: AwsSettings,
+    segments: Sequence[RemoteSegment],
+    timestamp_ms: int,
+    *,
+    load_indexes: Callable[[RemoteSegment], SegmentIndexes] | None = None,
+) -> int | None:
     """The first offset whose record timestamp is >= ``timestamp_ms`` (Kafka's ListOffsets by time), or None.
 
     The first segment whose largest timestamp reaches ``timestamp_ms`` holds the answer (every record
     before it is older). Its time index narrows the search to the batches after the last indexed
     point still below the timestamp; those are read from there on, a chunk at a time, until a
     record reaches it. Control batches count, as in Kafka: a consumer starting at a marker's offset
-    reads what follows it.
+    reads what follows it. ``load_indexes`` (default: read_indexes) lets a caller share fetched indexes.
     """
     for segment in segments:
         if segment.max_timestamp_ms < timestamp_ms:
             continue
-        indexes = read_indexes(settings, segment)
+        indexes = read_indexes(settings, segment) if load_indexes is None else load_indexes(segment)
         lower_bound = indexes.offset_for_timestamp(timestamp_ms)
         start = indexes.position_for_offset(lower_bound)
         found = _scan_for_timestamp(settings, segment, start, lower_bound, timestamp_ms)

@@ -13,14 +13,16 @@ from pathlib import Path
 import boto3
 import pyarrow as pa
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 
 from broker_core.aws import AwsSettings
 from broker_core.metadata.errors import UnknownTopicError
-from emr_jobs import FloeReader
+from emr_jobs import FloeDataSource, FloeReader
 from emr_jobs.arrow_records import arrow_schema
-from emr_jobs.errors import OffsetNotTieredError, SegmentGoneError, UnknownPartitionError
+from emr_jobs.errors import InvalidOptionError, OffsetNotTieredError, SegmentGoneError, UnknownPartitionError
 from emr_jobs.options import parse_options
 from emr_jobs.planning import SegmentRead
+from emr_jobs.schema import kafka_schema
 from tests.emr_jobs.conftest import aws_options
 from tests.emr_jobs.tiered_log import (
     BASE_TIMESTAMP_MS,
@@ -194,3 +196,10 @@ def test_a_segment_deleted_after_planning_fails_its_read_with_a_named_error(tier
     with pytest.raises(SegmentGoneError) as raised:
         list(floe.read(first))
     assert raised.value.object_key == first.log_key
+
+
+def test_a_user_schema_other_than_the_kafka_schema_is_refused() -> None:
+    source = FloeDataSource({"topic": "events", "bucket": "b"})
+    with pytest.raises(InvalidOptionError, match="schema"):
+        source.reader(StructType([StructField("value", StringType())]))
+    assert isinstance(source.reader(kafka_schema(False)), FloeReader)
