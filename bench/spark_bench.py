@@ -2,19 +2,20 @@
 
 Setup (not timed): a moto server; a topic whose partitions are written by Floe's partition log
 (RecordBatch v2 batches of 500 records, 16-byte keys, random values of 50 to 150 bytes, one codec
-per run) and
-tiered into moto exactly as the uploader lays them out (objects under the manifest's keys, indexes
-object, COPY_FINISHED rows). The floe DataFrame is written once to local Parquet (snappy, Spark's
-default), so both sides hold the same rows.
+per run) and tiered into moto exactly as the uploader lays them out (objects under the manifest's
+keys, indexes object, COPY_FINISHED rows). The floe DataFrame is written once to local Parquet
+(snappy, Spark's default), so both sides hold the same rows.
 
-Timed, alternating sides, ``--runs`` times each: a full scan of every column of every row into
-Spark's "noop" sink (``df.write.format("noop")``), which materialises rows without writing them,
-for ``spark.read.format("floe")`` and for ``spark.read.parquet``, back to back in each run.
-Reported: rows/s medians and the median of the per-run ratios (goal >= 0.5). To show what bounds the ratio, the same run also measures, outside
-Spark, the decoder alone (one core, segment bytes already in memory) and one ranged GET stream
-from moto, and, inside Spark, a Python data source that only replays Arrow batches already in
-memory (the cost of Spark's Python data source path itself), and for each side the CPU time per
-row spent in Spark's JVM and in its Python workers.
+Timed, ``--runs`` times, each side back to back in every run with the order alternating: a full
+scan of every column of every row into Spark's "noop" sink (``df.write.format("noop")``), which
+materialises rows without writing them, for ``spark.read.format("floe")`` and for
+``spark.read.parquet``. Reported: rows/s medians and the median of the per-run ratios (goal >= 0.5).
+
+To show what bounds the ratio, the same run also measures, inside Spark, a Python data source that
+only replays Arrow batches already in memory (the cost of Spark's Python data source path itself)
+and, for each side, the CPU time per row spent in Spark's JVM and in its Python workers; outside
+Spark, the decoder alone (one core, segment bytes already in memory), the record-at-a-time
+reference codec of broker_core.records on the same bytes, and one ranged GET stream from moto.
 
     .venv/bin/python bench/spark_bench.py [--rows 2000000] [--partitions 4] [--runs 5] [--codec none]
 """
@@ -48,7 +49,7 @@ from broker_core.local_moto import start_moto_server  # noqa: E402
 from broker_core.log.config import LogConfig  # noqa: E402
 from broker_core.log.partition_log import PartitionLog  # noqa: E402
 from broker_core.metadata.store import MetadataStore  # noqa: E402
-from broker_core.records import Compression, SimpleRecord, build_batch  # noqa: E402
+from broker_core.records import Compression, SimpleRecord, build_batch, iter_records  # noqa: E402
 from emr_jobs import FloeDataSource  # noqa: E402
 from emr_jobs.arrow_records import RecordRange, arrow_schema, iter_arrow_batches  # noqa: E402
 from emr_jobs.remote import read_range  # noqa: E402
@@ -203,8 +204,9 @@ def timed_scan(frame) -> float:
     return time.perf_counter() - start
 
 
-def decoder_rows_per_s(settings: AwsSettings, key: str, size: int) -> tuple[float, float]:
-    """(rows/s of the decoder alone on one core, MiB/s of one ranged GET stream from moto), best of three each."""
+def decoder_rows_per_s(settings: AwsSettings, key: str, size: int) -> tuple[float, float, float]:
+    """(rows/s of the decoder alone on one core, rows/s of the record-at-a-time reference codec on the
+    same bytes, MiB/s of one ranged GET stream from moto), best of three each."""
     get_rates = []
     for _ in range(3):
         start = time.perf_counter()
@@ -216,7 +218,12 @@ def decoder_rows_per_s(settings: AwsSettings, key: str, size: int) -> tuple[floa
         start = time.perf_counter()
         rows = sum(batch.num_rows for batch in iter_arrow_batches([data], records, object_key=key))
         rates.append(rows / (time.perf_counter() - start))
-    return max(rates), max(get_rates)
+    reference_rates = []
+    for _ in range(3):
+        start = time.perf_counter()
+        rows = sum(1 for _ in iter_records(data))
+        reference_rates.append(rows / (time.perf_counter() - start))
+    return max(rates), max(reference_rates), max(get_rates)
 
 
 def main() -> None:
@@ -241,7 +248,7 @@ def main() -> None:
         print(f"writing and tiering {args.rows} rows ({args.codec}) ...", flush=True)
         tiered_bytes = tier_topic(settings, workdir / "logs", args.rows, args.partitions, codec)
         segments = ManifestStore(settings).list_segments(MetadataStore(settings).get_topic(TOPIC).topic_id, 0)
-        decode_rate, get_rate = decoder_rows_per_s(settings, segments[0].log_key, segments[0].size_bytes)
+        decode_rate, reference_rate, get_rate = decoder_rows_per_s(settings, segments[0].log_key, segments[0].size_bytes)
 
         spark = (
             SparkSession.builder.master("local[2]")
@@ -333,6 +340,7 @@ def main() -> None:
             "cpu_pressure_some_avg10_percent_per_run": pressure,
             "bounds": {
                 "decoder_alone_rows_per_s_one_core": round(decode_rate),
+                "reference_codec_rows_per_s_one_core": round(reference_rate),
                 "moto_ranged_get_mib_per_s_one_stream": round(get_rate, 1),
                 "python_source_replaying_arrow_rows_per_s": round(medians["arrow_replay"]),
                 "ratio_arrow_replay_to_parquet": round(statistics.median(replay_paired), 3),
