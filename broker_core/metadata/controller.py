@@ -57,6 +57,7 @@ from broker_core.metadata.state import (
     NO_HOLDER,
     NO_LEADER,
     UNCLEAN_LEADER_ELECTION_CONFIG,
+    BrokerRegistration,
     BrokerState,
     ControllerLeaseState,
     PartitionState,
@@ -260,7 +261,8 @@ class _HeartbeatObservation:
 class Controller:
     """Broker fencing and leader election for one controller epoch (one term of the lease).
 
-    A new term gets a new Controller, so heartbeat observations always start afresh.
+    Heartbeat observations are timed on this process's monotonic clock; a broker keeps one
+    Controller across terms (see `observe`, `begin_term`), so they survive a change of controller.
     """
 
     def __init__(
@@ -277,16 +279,15 @@ class Controller:
         self._observations: dict[int, _HeartbeatObservation] = {}
         self._planned_version: int | None = None
 
-    def run_once(self, now_ms: float | None = None) -> ControllerRunResult:
-        """Fence brokers whose heartbeat stalled past the session timeout, then re-plan partitions.
+    def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
+        """Record each broker's heartbeat as seen now; return the brokers stalled past the session timeout.
 
-        ``now_ms`` is a reading of this process's monotonic clock (for tests). A newly elected
-        controller has no observations yet, so it waits a full session timeout before fencing.
-        Raises FencedControllerError once the lease has moved past ``controller_epoch``.
+        Observing needs no lease: a broker waiting for the controller role observes all along, so
+        that when it takes over (as `begin_term`) it can fence a broker that died with the old
+        controller without first waiting another whole session timeout.
         """
         now = monotonic_ms() if now_ms is None else now_ms
-        controller_epoch = self.controller_epoch
-        fenced = []
+        stalled = []
         brokers = self._store.list_brokers()
         for gone in set(self._observations) - {b.broker_id for b in brokers}:
             del self._observations[gone]
@@ -300,8 +301,25 @@ class Controller:
                     broker.broker_epoch, broker.heartbeat, now
                 )
                 continue
-            if now - seen.since_ms < self.session_timeout_ms:
-                continue
+            if now - seen.since_ms >= self.session_timeout_ms:
+                stalled.append(broker)
+        return stalled
+
+    def begin_term(self, controller_epoch: int) -> None:
+        """Act for a new controller epoch, keeping the heartbeat observations made so far."""
+        self.controller_epoch = controller_epoch
+        self._planned_version = None
+
+    def run_once(self, now_ms: float | None = None) -> ControllerRunResult:
+        """Fence brokers whose heartbeat stalled past the session timeout, then re-plan partitions.
+
+        ``now_ms`` is a reading of this process's monotonic clock (for tests). A controller with no
+        observations yet waits a full session timeout before fencing.
+        Raises FencedControllerError once the lease has moved past ``controller_epoch``.
+        """
+        controller_epoch = self.controller_epoch
+        fenced = []
+        for broker in self.observe(now_ms):
             if self._store.fence_broker(
                 broker.broker_id, broker.broker_epoch, broker.heartbeat, controller_epoch
             ):

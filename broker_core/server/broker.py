@@ -31,6 +31,7 @@ from .topic_configs import SOURCE_DEFAULT, SOURCE_STATIC_BROKER, ConfigEntry, ef
 
 log = logging.getLogger(__name__)
 ISR_CHECK_INTERVAL_S = 0.25
+NO_CONTROLLER_EPOCH = -1
 
 
 class BrokerService(Protocol):
@@ -58,6 +59,10 @@ class Broker:
         session_ms = config.get_int("broker.session.timeout.ms")
         self.lease = ControllerLease(self.store, lease_duration_ms=session_ms)
         self.controller: Controller | None = None
+        self.heartbeat_observer = Controller(
+            self.store, controller_epoch=NO_CONTROLLER_EPOCH,
+            session_timeout_ms=config.get_int("broker.session.timeout.ms"),
+        )
         self.fetchers = ReplicaFetcherManager(self)
         self._producer_ids: ProducerIdBlock | None = None
         self._producer_id_lock = asyncio.Lock()
@@ -183,13 +188,14 @@ class Broker:
         epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id)
         if epoch is None:
             self.controller = None
+            # Watch heartbeats while another broker holds the lease, so that on taking over this
+            # broker can fence one that died with the old controller at once.
+            await asyncio.to_thread(self.heartbeat_observer.observe)
             return
         if self.controller is None or self.controller.controller_epoch != epoch:
             log.info("broker %d is the controller at epoch %d", self.config.broker_id, epoch)
-            self.controller = Controller(
-                self.store, controller_epoch=epoch,
-                session_timeout_ms=self.config.get_int("broker.session.timeout.ms"),
-            )
+            self.heartbeat_observer.begin_term(epoch)
+            self.controller = self.heartbeat_observer
             # Clients address admin requests to the controller named in Metadata: make every
             # broker re-read the snapshot (and the lease) now that the holder changed.
             await asyncio.to_thread(self.store.bump_metadata_version)

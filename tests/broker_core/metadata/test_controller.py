@@ -67,6 +67,22 @@ def test_a_new_controller_waits_a_whole_session_before_fencing(store, register_b
     assert controller.run_once(now_ms=10_000 + SESSION_MS).fenced_brokers == (1,)
 
 
+def test_a_broker_that_observed_heartbeats_before_its_term_fences_at_once_on_taking_over(
+    store, register_brokers
+):
+    epochs = register_brokers([1, 2])
+    observer = Controller(store, -1, session_timeout_ms=SESSION_MS)
+    assert observer.observe(now_ms=0) == []
+    store.heartbeat_broker(1, epochs[1])
+    assert [b.broker_id for b in observer.observe(now_ms=SESSION_MS)] == [2]
+    assert store.get_broker(2).state is BrokerState.RUNNING  # observing alone writes nothing
+
+    observer.begin_term(ControllerLease(store, 10_000).try_acquire(1))
+    store.heartbeat_broker(1, epochs[1])
+    assert observer.run_once(now_ms=SESSION_MS + 1).fenced_brokers == (2,)
+    assert store.get_broker(1).state is BrokerState.RUNNING
+
+
 def test_stalled_broker_is_fenced_on_the_real_monotonic_clock(store, register_brokers, controller):
     epochs = register_brokers([1, 2])
     deadline = time.monotonic() + 20
