@@ -22,7 +22,8 @@ LATEST = {"find": 4, "join": 9, "sync": 5, "heartbeat": 4, "leave": 5, "commit":
           "list": 4, "delete": 2}
 FIND_COORDINATOR, JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH = 10, 11, 14, 12, 13, 8, 9
 DESCRIBE, LIST, DELETE = 15, 16, 42
-NONE, MEMBER_ID_REQUIRED = 0, 79
+NONE, MEMBER_ID_REQUIRED, NOT_COORDINATOR = 0, 79, 16
+RETRY_NOT_COORDINATOR_S = 10.0
 
 
 def ms(value: int) -> datetime.timedelta:
@@ -42,6 +43,7 @@ class RawMember:
     versions: dict[str, int] = field(default_factory=lambda: dict(LATEST))
     _connection: BrokerConnection | None = None
     coordinator: int = -1
+    _found: bool = False  # whether the connection goes to the broker FindCoordinator named
 
     def connect(self, broker_id: int) -> BrokerConnection:
         if self._connection is not None:
@@ -49,6 +51,7 @@ class RawMember:
         self._connection = BrokerConnection("127.0.0.1", self.stack.processes[broker_id].port,
                                             client_id=f"raw-{self.group_id}")
         self.coordinator = broker_id
+        self._found = False
         return self._connection
 
     def find_coordinator(self, via: int = 1) -> Any:
@@ -65,6 +68,7 @@ class RawMember:
             probe.close()
         if answer.error_code == 0:
             self.connect(int(answer.node_id))
+            self._found = True
         return answer
 
     @property
@@ -76,7 +80,17 @@ class RawMember:
         return self._connection
 
     def request(self, api: str, api_key: int, data: dict[str, Any]) -> Any:
-        return self.connection.request(api_key, data, self.versions[api])
+        """Send one request; like a real client, a member that found its coordinator through
+        FindCoordinator looks it up again and retries when told NOT_COORDINATOR (a coordinator whose
+        lease heartbeat is late on a loaded machine stops trusting the lease for a moment)."""
+        deadline = time.monotonic() + RETRY_NOT_COORDINATOR_S
+        while True:
+            response = self.connection.request(api_key, data, self.versions[api])
+            if not (self._found and getattr(response, "error_code", None) == NOT_COORDINATOR
+                    and time.monotonic() < deadline):
+                return response
+            time.sleep(0.2)
+            self.find_coordinator()
 
     # the group APIs ----------------------------------------------------------------------------
 
