@@ -106,22 +106,34 @@ class Broker:
             asyncio.create_task(self._every(self.config.get_int("log.retention.check.interval.ms") / 1000,
                                             self._enforce_retention), name="retention"),
             asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, self.isr.run_once), name="isr"),
+            asyncio.create_task(self._every(self.config.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000,
+                                            self._checkpoint_high_watermarks), name="hw-checkpoint"),
         ]
 
     async def stop(self, *, controlled: bool = True) -> None:
+        # The controller duty goes first: run during the shutdown it would take back the lease
+        # that controlled shutdown gives up.
+        await self._cancel_tasks(("controller",))
         if controlled and self.config.get_bool("controlled.shutdown.enable") and self.broker_epoch >= 0:
             try:
                 await self._controlled_shutdown()
             except MetadataError as exc:
                 log.warning("controlled shutdown could not be completed: %s", exc)
+        # No more metadata refreshes from here on, so none can start fetchers that are being stopped.
+        await self._cancel_tasks(None)
         await self.fetchers.stop()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
         for service in reversed(self.services):
             await service.stop()
         await self.listener.stop()
         self.replicas.close()
+
+    async def _cancel_tasks(self, names: tuple[str, ...] | None) -> None:
+        """Cancel the periodic tasks with these names (all of them for None) and wait for them to end."""
+        chosen = [t for t in self._tasks if names is None or t.get_name() in names]
+        for task in chosen:
+            task.cancel()
+        await asyncio.gather(*chosen, return_exceptions=True)
+        self._tasks = [t for t in self._tasks if t not in chosen]
 
     async def _controlled_shutdown(self) -> None:
         """Hand leadership to other ISR members before exiting, while still serving requests.
@@ -200,6 +212,10 @@ class Broker:
             # broker re-read the snapshot (and the lease) now that the holder changed.
             await asyncio.to_thread(self.store.bump_metadata_version)
         await asyncio.to_thread(self.controller.run_once)
+
+    async def _checkpoint_high_watermarks(self) -> None:
+        for partition in list(self.replicas.partitions.values()):
+            partition.checkpoint_high_watermark()
 
     async def _enforce_retention(self) -> None:
         for partition in list(self.replicas.partitions.values()):

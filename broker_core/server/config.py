@@ -28,6 +28,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "socket.request.max.bytes": str(100 * 1024 * 1024),
     "replica.lag.time.max.ms": "30000",
     "replica.fetch.wait.max.ms": "500",
+    "replica.high.watermark.checkpoint.interval.ms": "5000",
     "replica.fetch.max.bytes": str(1024 * 1024),
     "replica.fetch.response.max.bytes": str(10 * 1024 * 1024),
     "unclean.leader.election.enable": "false",

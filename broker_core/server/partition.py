@@ -15,12 +15,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker_core.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from broker_core.log.config import LogConfig
+from broker_core.log.errors import CorruptCheckpointError
 from broker_core.log.partition_log import AppendInfo, PartitionLog
 from broker_core.log.producer_state import OutOfOrderSequenceError, ProducerState
 from broker_core.records.header import iter_headers
 
 PARTITION_METADATA_FILE = "partition.metadata"
+HIGH_WATERMARK_FILE = "high-watermark"
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Partition:
     min_insync_replicas: int = 1
     followers: dict[int, ReplicaState] = field(default_factory=dict)
     producers: ProducerState | None = None
+    _checkpointed_high_watermark: int = -1
     _waiters: list[asyncio.Future] = field(default_factory=list)
 
     @classmethod
@@ -64,7 +68,26 @@ class Partition:
         partition = cls(topic=topic, index=index, topic_id=topic_id, log=log, broker_id=broker_id,
                         producers=ProducerState(directory))
         partition.producers.load(log)
+        partition.high_watermark = partition._read_high_watermark_checkpoint()
+        partition._checkpointed_high_watermark = partition.high_watermark
         return partition
+
+    def _read_high_watermark_checkpoint(self) -> int:
+        """The HW saved before a restart, bounded by what the log holds after recovery."""
+        try:
+            saved = read_offset_checkpoint(self.log.directory / HIGH_WATERMARK_FILE)
+        except CorruptCheckpointError:
+            saved = None
+        if saved is None:
+            return self.log.log_start_offset
+        return max(self.log.log_start_offset, min(saved, self.log.log_end_offset))
+
+    def checkpoint_high_watermark(self) -> None:
+        """Persist the HW (as Kafka's replication-offset-checkpoint does), so that after a restart the
+        records consumers could already see stay visible even before followers report in."""
+        if self.high_watermark != self._checkpointed_high_watermark:
+            write_offset_checkpoint(self.log.directory / HIGH_WATERMARK_FILE, self.high_watermark)
+            self._checkpointed_high_watermark = self.high_watermark
 
     @property
     def is_leader(self) -> bool:
@@ -207,6 +230,7 @@ class Partition:
 
     def close(self) -> None:
         self.wake()
+        self.checkpoint_high_watermark()
         self.producers.write_snapshot(self.log.log_end_offset)
         self.log.close()
 
