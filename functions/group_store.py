@@ -29,17 +29,17 @@ from typing import TypeVar
 from botocore.exceptions import BotoCoreError
 from pynamodb.attributes import MapAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.connection import Connection
-from pynamodb.exceptions import PutError, PynamoDBException, TableError, TransactWriteError
+from pynamodb.exceptions import PutError, PynamoDBException, TransactWriteError
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
+from broker_core.dynamodb_tables import ensure_tables
 from functions.group_state import Group, GroupStateError
 from functions.runtime import HTTP_GROUP_OFFSETS_TABLE, HTTP_GROUPS_TABLE
 
 _WRITE_ATTEMPTS = 12
 _TRANSACTION_ITEMS = 99
-_TABLE_ACTIVE_TIMEOUT_S = 60.0
 
 _T = TypeVar("_T")
 
@@ -117,19 +117,7 @@ class GroupStore:
     def ensure_tables(self) -> None:
         """Create the two tables if missing (on-demand billing) and wait until they are ACTIVE."""
         try:
-            for model in (self.groups, self.offsets):
-                if not model.exists():
-                    try:
-                        model.create_table(wait=False, billing_mode="PAY_PER_REQUEST")
-                    except TableError as error:
-                        if error.cause_response_code != "ResourceInUseException":
-                            raise
-            deadline = time.monotonic() + _TABLE_ACTIVE_TIMEOUT_S
-            for model in (self.groups, self.offsets):
-                while model.describe_table().get("TableStatus") != "ACTIVE":
-                    if time.monotonic() > deadline:
-                        raise GroupStoreError(f"table {model.Meta.table_name} did not become ACTIVE")
-                    time.sleep(0.1)
+            ensure_tables((self.groups, self.offsets), GroupStoreError)
         except (PynamoDBException, BotoCoreError) as error:
             raise GroupStoreError(f"cannot create the HTTP group tables: {error}") from error
 

@@ -66,7 +66,6 @@ from pynamodb.connection import Connection
 from pynamodb.exceptions import (
     PutError,
     PynamoDBException,
-    TableError,
     TransactWriteError,
     UpdateError,
 )
@@ -74,6 +73,7 @@ from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
+from broker_core.dynamodb_tables import ensure_tables
 from tiered_storage.layout import segment_object_keys
 
 SEGMENTS_TABLE = "segments"
@@ -87,7 +87,6 @@ _MAX_RETRY_ATTEMPTS = 3
 _TRANSACTION_ATTEMPTS = 20
 _BACKOFF_BASE_S = 0.01
 _BACKOFF_CAP_S = 0.5
-_TABLE_ACTIVE_TIMEOUT_S = 60.0
 _CONDITION_FAILED = "ConditionalCheckFailed"
 _RETRIABLE_CANCELLATIONS = frozenset(
     {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
@@ -342,17 +341,7 @@ class ManifestStore:
         Safe to call from several processes at once.
         """
         model = self.models.segment
-        if not model.exists():
-            try:
-                model.create_table(wait=False, billing_mode="PAY_PER_REQUEST")
-            except TableError as err:
-                if err.cause_response_code != "ResourceInUseException":
-                    raise
-        deadline = time.monotonic() + _TABLE_ACTIVE_TIMEOUT_S
-        while model.describe_table().get("TableStatus") != "ACTIVE":
-            if time.monotonic() > deadline:
-                raise ManifestUnavailableError(f"table {self.table_name} did not become ACTIVE")
-            time.sleep(0.1)
+        ensure_tables([model], ManifestUnavailableError)
         # TTL only reclaims DELETE_FINISHED tombstones; a backend without TTL costs storage, not correctness.
         model.update_ttl(ignore_update_ttl_errors=True)
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
 from botocore.exceptions import BotoCoreError
-from pynamodb.exceptions import PynamoDBException, TableError
-from pynamodb.models import Model
+from pynamodb.exceptions import PynamoDBException
 
 from broker_core.aws import AwsSettings
+from broker_core.dynamodb_tables import ensure_tables
 
 from .errors import CoordinatorFencedError, GroupError, GroupStoreUnavailableError
 from .models import (
@@ -38,7 +38,6 @@ from .models import (
 
 NO_HOLDER = -1
 _CONDITION_FAILED = "ConditionalCheckFailedException"
-_TABLE_ACTIVE_TIMEOUT_S = 60.0
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -202,23 +201,7 @@ class GroupStore:
 
         Safe to call from several brokers at once: a table another broker is creating is waited for.
         """
-        for model in self.models.all_models():
-            if not model.exists():
-                try:
-                    model.create_table(wait=False, billing_mode="PAY_PER_REQUEST")
-                except TableError as err:
-                    if err.cause_response_code != "ResourceInUseException":
-                        raise
-        for model in self.models.all_models():
-            self._wait_until_active(model)
-
-    @staticmethod
-    def _wait_until_active(model: type[Model]) -> None:
-        deadline = time.monotonic() + _TABLE_ACTIVE_TIMEOUT_S
-        while model.describe_table().get("TableStatus") != "ACTIVE":
-            if time.monotonic() > deadline:
-                raise GroupStoreUnavailableError(f"table {model.Meta.table_name} did not become ACTIVE")
-            time.sleep(0.1)
+        ensure_tables(self.models.all_models(), GroupStoreUnavailableError)
 
     def table_names(self) -> list[str]:
         return [model.Meta.table_name for model in self.models.all_models()]

@@ -35,12 +35,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import ParamSpec, TypeVar
 
 from botocore.exceptions import BotoCoreError
-from pynamodb.exceptions import PynamoDBException, TableError, TransactWriteError
+from pynamodb.exceptions import PynamoDBException, TransactWriteError
 from pynamodb.expressions.condition import Condition
-from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
+from broker_core.dynamodb_tables import ensure_tables
 from broker_core.metadata.assignment import assign_replicas_rack_unaware
 from broker_core.metadata.errors import (
     BrokerFencedError,
@@ -91,7 +91,6 @@ _RETRIABLE_CANCELLATIONS = frozenset(
 _RETRY_ATTEMPTS = 40
 _BACKOFF_BASE_S = 0.005
 _BACKOFF_CAP_S = 0.2
-_TABLE_ACTIVE_TIMEOUT_S = 60.0
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -212,23 +211,7 @@ class MetadataStore:
 
         Safe to call from several brokers at once: a table another broker is creating is waited for.
         """
-        for model in self.models.one_model_per_table():
-            if not model.exists():
-                try:
-                    model.create_table(wait=False, billing_mode="PAY_PER_REQUEST")
-                except TableError as err:
-                    if err.cause_response_code != "ResourceInUseException":
-                        raise
-        for model in self.models.one_model_per_table():
-            self._wait_until_active(model)
-
-    @staticmethod
-    def _wait_until_active(model: type[Model]) -> None:
-        deadline = time.monotonic() + _TABLE_ACTIVE_TIMEOUT_S
-        while model.describe_table().get("TableStatus") != "ACTIVE":
-            if time.monotonic() > deadline:
-                raise MetadataUnavailableError(f"table {model.Meta.table_name} did not become ACTIVE")
-            time.sleep(0.1)
+        ensure_tables(self.models.one_model_per_table(), MetadataUnavailableError)
 
     def table_names(self) -> list[str]:
         return [model.Meta.table_name for model in self.models.one_model_per_table()]

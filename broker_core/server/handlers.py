@@ -26,7 +26,6 @@ from broker_core.metadata.store import validate_topic_name
 from broker_core.protocol.framing import FileRecords, Request
 from broker_core.protocol.messages import SUPPORTED_VERSIONS, build_entity, response_class
 from broker_core.records.errors import (
-    CorruptCrcError,
     RecordsError,
     UnsupportedMagicError,
 )
@@ -193,28 +192,8 @@ class RequestHandlers:
             return
         try:
             info = partition.append_as_leader(records)
-        except OutOfOrderSequenceError as exc:
-            result["error_code"] = ErrorCode.out_of_order_sequence_number
-            result["error_message"] = str(exc)
-            return
-        except InvalidProducerEpochError as exc:
-            result["error_code"] = ErrorCode.invalid_producer_epoch
-            result["error_message"] = str(exc)
-            return
-        except RecordTooLargeError as exc:
-            result["error_code"] = ErrorCode.message_too_large
-            result["error_message"] = str(exc)
-            return
-        except UnsupportedMagicError as exc:
-            result["error_code"] = ErrorCode.unsupported_for_message_format
-            result["error_message"] = str(exc)
-            return
-        except CorruptCrcError as exc:
-            result["error_code"] = ErrorCode.corrupt_message
-            result["error_message"] = str(exc)
-            return
-        except RecordsError as exc:
-            result["error_code"] = ErrorCode.corrupt_message
+        except _REFUSED_APPENDS as exc:
+            result["error_code"] = next(code for cls, code in _APPEND_ERROR_CODES if isinstance(exc, cls))
             result["error_message"] = str(exc)
             return
         result["base_offset"] = info.base_offset
@@ -556,6 +535,17 @@ def _epoch_at(partition: Any, offset: int) -> int:
     epoch = partition.log.leader_epochs.epoch_for_offset(offset)
     return -1 if epoch is None else epoch
 
+
+# Why an append was refused, most specific first: every record-format error not named before the
+# last entry (bad CRC, truncated batch, unknown codec, miscounted records) is a corrupt message.
+_APPEND_ERROR_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
+    (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
+    (RecordTooLargeError, ErrorCode.message_too_large),
+    (UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
+    (RecordsError, ErrorCode.corrupt_message),
+)
+_REFUSED_APPENDS = tuple(cls for cls, _ in _APPEND_ERROR_CODES)
 
 _METADATA_ERROR_CODES: dict[type[Exception], ErrorCode] = {
     meta_errors.TopicExistsError: ErrorCode.topic_already_exists,
