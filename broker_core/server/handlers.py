@@ -386,7 +386,8 @@ class RequestHandlers:
         response = {"throttle_time": ZERO, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
         if body.transactional_id is not None:
             response["error_code"] = ErrorCode.invalid_request
-        elif body.producer_id >= 0 and body.producer_epoch >= 0:
+        # producer_id/producer_epoch exist from v3 (KIP-360); older requests always ask for a new id.
+        elif getattr(body, "producer_id", -1) >= 0 and getattr(body, "producer_epoch", -1) >= 0:
             if body.producer_epoch >= 32766:
                 response["producer_id"], response["producer_epoch"] = await self.broker.next_producer_id(), 0
             else:
