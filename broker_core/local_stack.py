@@ -275,7 +275,7 @@ class LocalStack:
         tables_dir, objects_dir = state / "tables.tmp", state / "objects"
         tables_dir.mkdir(parents=True, exist_ok=True)
         dynamodb = self._dynamodb()
-        for table in dynamodb.list_tables()["TableNames"]:
+        for table in _table_names(dynamodb):
             if not table.startswith(self.table_prefix):
                 continue
             items = []
@@ -313,7 +313,7 @@ class LocalStack:
         if not tables_dir.exists():
             return
         dynamodb = self._dynamodb()
-        existing = set(dynamodb.list_tables()["TableNames"])
+        existing = set(_table_names(dynamodb))
         for path in sorted(tables_dir.glob("*.json")):
             saved = json.loads(path.read_text())
             items = saved if isinstance(saved, list) else saved["items"]
@@ -327,6 +327,11 @@ class LocalStack:
         s3 = self._s3()
         for key in json.loads((state / "objects.json").read_text()) if (state / "objects.json").exists() else []:
             s3.upload_file(str(state / "objects" / key), self.bucket, key)
+
+
+def _table_names(dynamodb: Any) -> list[str]:
+    """Every table name: ListTables answers 100 at a time."""
+    return [name for page in dynamodb.get_paginator("list_tables").paginate() for name in page["TableNames"]]
 
 
 def load_stack(directory: Path | str = DEFAULT_DIR) -> dict[str, Any]:

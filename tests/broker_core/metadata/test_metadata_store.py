@@ -22,7 +22,9 @@ from broker_core.metadata.store import MetadataStore
 
 def test_ensure_tables_creates_the_four_tables_under_the_prefix(store, aws_settings, table_prefix):
     dynamodb = boto3.client("dynamodb", **aws_settings.boto3_kwargs())
-    names = [n for n in dynamodb.list_tables()["TableNames"] if n.startswith(table_prefix)]
+    # The session's moto server holds every test's tables, more than one ListTables page.
+    pages = dynamodb.get_paginator("list_tables").paginate()
+    names = [n for page in pages for n in page["TableNames"] if n.startswith(table_prefix)]
     assert sorted(names) == sorted(
         f"{table_prefix}{base}" for base in ("cluster", "brokers", "topics", "partitions")
     )
