@@ -34,7 +34,7 @@ from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
-from broker_core.dynamodb_tables import ensure_tables
+from broker_core.dynamodb_tables import bind_model, ensure_tables
 from functions.group_state import Group, GroupStateError
 from functions.runtime import HTTP_GROUP_OFFSETS_TABLE, HTTP_GROUPS_TABLE
 
@@ -74,19 +74,6 @@ class GroupOffsetItem(Model):
     commit_timestamp_ms = NumberAttribute()
 
 
-def _bind(base: type[Model], settings: AwsSettings, table: str) -> type:
-    meta = type("Meta", (), {
-        "table_name": settings.table_prefix + table,
-        "region": settings.region,
-        "host": settings.endpoint_url,
-        "billing_mode": "PAY_PER_REQUEST",
-        "connect_timeout_seconds": 5,
-        "read_timeout_seconds": 10,
-        "max_retry_attempts": 3,
-    })
-    return type(base.__name__, (base,), {"Meta": meta, "__module__": base.__module__})
-
-
 @dataclass(frozen=True)
 class StoredGroup:
     group: Group
@@ -111,8 +98,8 @@ def _is_condition_failure(error: PynamoDBException) -> bool:
 class GroupStore:
     def __init__(self, settings: AwsSettings) -> None:
         self.settings = settings
-        self.groups: type[GroupItem] = _bind(GroupItem, settings, HTTP_GROUPS_TABLE)
-        self.offsets: type[GroupOffsetItem] = _bind(GroupOffsetItem, settings, HTTP_GROUP_OFFSETS_TABLE)
+        self.groups: type[GroupItem] = bind_model(GroupItem, settings, HTTP_GROUPS_TABLE)
+        self.offsets: type[GroupOffsetItem] = bind_model(GroupOffsetItem, settings, HTTP_GROUP_OFFSETS_TABLE)
 
     def ensure_tables(self) -> None:
         """Create the two tables if missing (on-demand billing) and wait until they are ACTIVE."""

@@ -73,7 +73,7 @@ from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
-from broker_core.dynamodb_tables import ensure_tables
+from broker_core.dynamodb_tables import bind_model, ensure_tables, share_connection
 from tiered_storage.layout import segment_object_keys
 
 SEGMENTS_TABLE = "segments"
@@ -81,9 +81,6 @@ HEAD_RANGE_KEY = "head"
 SEGMENT_RANGE_KEY_PREFIX = "segment#"
 DELETE_FINISHED_RETENTION_S = 7 * 24 * 3600
 
-_CONNECT_TIMEOUT_S = 5
-_READ_TIMEOUT_S = 10
-_MAX_RETRY_ATTEMPTS = 3
 _TRANSACTION_ATTEMPTS = 20
 _BACKOFF_BASE_S = 0.01
 _BACKOFF_CAP_S = 0.5
@@ -222,45 +219,11 @@ class BoundManifestModels:
     connection: Connection
 
 
-def _bind(base: type[Model], settings: AwsSettings) -> type:
-    meta = type(
-        "Meta",
-        (),
-        {
-            "table_name": settings.table_prefix + SEGMENTS_TABLE,
-            "region": settings.region,
-            "host": settings.endpoint_url,
-            "billing_mode": "PAY_PER_REQUEST",
-            "connect_timeout_seconds": _CONNECT_TIMEOUT_S,
-            "read_timeout_seconds": _READ_TIMEOUT_S,
-            "max_retry_attempts": _MAX_RETRY_ATTEMPTS,
-        },
-    )
-    return type(base.__name__, (base,), {"Meta": meta, "__module__": base.__module__})
-
-
 def bind_manifest_models(settings: AwsSettings) -> BoundManifestModels:
     """Subclasses of the manifest models whose Meta points at ``settings``' segments table, one client."""
-    connection = Connection(
-        region=settings.region,
-        host=settings.endpoint_url,
-        connect_timeout_seconds=_CONNECT_TIMEOUT_S,
-        read_timeout_seconds=_READ_TIMEOUT_S,
-        max_retry_attempts=_MAX_RETRY_ATTEMPTS,
-    )
-    models = BoundManifestModels(
-        segment=_bind(SegmentItem, settings),
-        head=_bind(PartitionHeadItem, settings),
-        connection=connection,
-    )
-    for index, model in enumerate((models.segment, models.head)):
-        # As in broker_core.metadata.models: pynamodb builds the TableConnection lazily, so pointing
-        # it at the shared Connection before first use costs nothing.
-        table_connection = model._get_connection()
-        if index == 0:
-            connection.add_meta_table(table_connection.get_meta_table())
-        table_connection.connection = connection
-    return models
+    segment = bind_model(SegmentItem, settings, SEGMENTS_TABLE)
+    head = bind_model(PartitionHeadItem, settings, SEGMENTS_TABLE)
+    return BoundManifestModels(segment=segment, head=head, connection=share_connection((segment, head), settings))
 
 
 def partition_key(topic_id: str, partition: int) -> str:

@@ -40,13 +40,11 @@ from pynamodb.connection import Connection
 from pynamodb.models import Model
 
 from broker_core.aws import AwsSettings
+from broker_core.dynamodb_tables import bind_model, share_connection
 
 GROUPS_TABLE = "groups"
 OFFSETS_TABLE = "group_offsets"
 
-_CONNECT_TIMEOUT_S = 5
-_READ_TIMEOUT_S = 10
-_MAX_RETRY_ATTEMPTS = 3
 # botocore's default pool of 10 connections would make coordinator threads queue for a socket.
 _MAX_POOL_CONNECTIONS = 32
 
@@ -113,43 +111,9 @@ class GroupModels:
         return (self.group, self.offset)
 
 
-def _bind(base: type[Model], settings: AwsSettings, table: str) -> type:
-    meta = type(
-        "Meta",
-        (),
-        {
-            "table_name": settings.table_prefix + table,
-            "region": settings.region,
-            "host": settings.endpoint_url,
-            "billing_mode": "PAY_PER_REQUEST",
-            "connect_timeout_seconds": _CONNECT_TIMEOUT_S,
-            "read_timeout_seconds": _READ_TIMEOUT_S,
-            "max_retry_attempts": _MAX_RETRY_ATTEMPTS,
-            "max_pool_connections": _MAX_POOL_CONNECTIONS,
-        },
-    )
-    return type(base.__name__, (base,), {"Meta": meta, "__module__": base.__module__})
-
-
 def bind_group_models(settings: AwsSettings) -> GroupModels:
     """Subclasses of the group models whose Meta points at ``settings``' tables, on one Connection."""
-    connection = Connection(
-        region=settings.region,
-        host=settings.endpoint_url,
-        connect_timeout_seconds=_CONNECT_TIMEOUT_S,
-        read_timeout_seconds=_READ_TIMEOUT_S,
-        max_retry_attempts=_MAX_RETRY_ATTEMPTS,
-        max_pool_connections=_MAX_POOL_CONNECTIONS,
-    )
-    models = GroupModels(
-        group=_bind(GroupItem, settings, GROUPS_TABLE),
-        offset=_bind(OffsetItem, settings, OFFSETS_TABLE),
-        connection=connection,
-    )
-    for model in models.all_models():
-        # pynamodb builds a model's TableConnection lazily (pinned pynamodb 6.x); its inner
-        # Connection has no client yet, so swapping in the shared one costs nothing.
-        table_connection = model._get_connection()
-        connection.add_meta_table(table_connection.get_meta_table())
-        table_connection.connection = connection
-    return models
+    group = bind_model(GroupItem, settings, GROUPS_TABLE, max_pool_connections=_MAX_POOL_CONNECTIONS)
+    offset = bind_model(OffsetItem, settings, OFFSETS_TABLE, max_pool_connections=_MAX_POOL_CONNECTIONS)
+    connection = share_connection((group, offset), settings, max_pool_connections=_MAX_POOL_CONNECTIONS)
+    return GroupModels(group=group, offset=offset, connection=connection)

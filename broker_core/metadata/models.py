@@ -47,6 +47,7 @@ from pynamodb.connection import Connection
 from pynamodb.models import Model
 
 from broker_core.aws import AwsSettings
+from broker_core.dynamodb_tables import bind_model, share_connection
 
 CLUSTER_TABLE = "cluster"
 BROKERS_TABLE = "brokers"
@@ -58,9 +59,6 @@ METADATA_VERSION_ITEM = "metadata_version"
 BROKER_EPOCH_ITEM = "broker_epoch"
 PRODUCER_IDS_ITEM = "producer_ids"
 
-_CONNECT_TIMEOUT_S = 5
-_READ_TIMEOUT_S = 10
-_MAX_RETRY_ATTEMPTS = 3
 
 
 class ControllerLeaseItem(Model):
@@ -148,54 +146,18 @@ class BoundModels:
         return (self.controller_lease, self.broker, self.topic, self.partition)
 
 
-def _bind(base: type[Model], settings: AwsSettings, table: str) -> type:
-    meta = type(
-        "Meta",
-        (),
-        {
-            "table_name": settings.table_prefix + table,
-            "region": settings.region,
-            "host": settings.endpoint_url,
-            "billing_mode": "PAY_PER_REQUEST",
-            "connect_timeout_seconds": _CONNECT_TIMEOUT_S,
-            "read_timeout_seconds": _READ_TIMEOUT_S,
-            "max_retry_attempts": _MAX_RETRY_ATTEMPTS,
-        },
-    )
-    return type(base.__name__, (base,), {"Meta": meta, "__module__": base.__module__})
-
-
 def bind_models(settings: AwsSettings) -> BoundModels:
     """Subclasses of every metadata model whose Meta points at ``settings``' tables.
 
-    All of them, and transactions, go through one pynamodb Connection (one botocore client):
-    by default each model class would build its own client, and creating one costs about 0.1 s
-    of CPU, which a Lambda cold start or a test run would pay seven times over.
+    All of them, and transactions, go through one pynamodb Connection (one botocore client).
     """
-    connection = Connection(
-        region=settings.region,
-        host=settings.endpoint_url,
-        connect_timeout_seconds=_CONNECT_TIMEOUT_S,
-        read_timeout_seconds=_READ_TIMEOUT_S,
-        max_retry_attempts=_MAX_RETRY_ATTEMPTS,
-    )
-    models = BoundModels(
-        controller_lease=_bind(ControllerLeaseItem, settings, CLUSTER_TABLE),
-        metadata_version=_bind(MetadataVersionItem, settings, CLUSTER_TABLE),
-        broker_epoch_counter=_bind(BrokerEpochCounterItem, settings, CLUSTER_TABLE),
-        producer_id_block=_bind(ProducerIdBlockItem, settings, CLUSTER_TABLE),
-        broker=_bind(BrokerItem, settings, BROKERS_TABLE),
-        topic=_bind(TopicItem, settings, TOPICS_TABLE),
-        partition=_bind(PartitionItem, settings, PARTITIONS_TABLE),
-        connection=connection,
-    )
-    tables_added: set[str] = set()
-    for model in models.all_models():
-        # pynamodb builds a model's TableConnection lazily in _get_connection (pinned pynamodb 6.x);
-        # its inner Connection has not created a client yet, so swapping it costs nothing.
-        table_connection = model._get_connection()
-        if model.Meta.table_name not in tables_added:
-            connection.add_meta_table(table_connection.get_meta_table())
-            tables_added.add(model.Meta.table_name)
-        table_connection.connection = connection
-    return models
+    bound = {
+        "controller_lease": bind_model(ControllerLeaseItem, settings, CLUSTER_TABLE),
+        "metadata_version": bind_model(MetadataVersionItem, settings, CLUSTER_TABLE),
+        "broker_epoch_counter": bind_model(BrokerEpochCounterItem, settings, CLUSTER_TABLE),
+        "producer_id_block": bind_model(ProducerIdBlockItem, settings, CLUSTER_TABLE),
+        "broker": bind_model(BrokerItem, settings, BROKERS_TABLE),
+        "topic": bind_model(TopicItem, settings, TOPICS_TABLE),
+        "partition": bind_model(PartitionItem, settings, PARTITIONS_TABLE),
+    }
+    return BoundModels(**bound, connection=share_connection(bound.values(), settings))
