@@ -17,7 +17,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -30,6 +29,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.machine import cpu_pressure, machine_info  # noqa: E402
 from broker_core.log import LogConfig, PartitionLog  # noqa: E402
 from broker_core.records.batch import SimpleRecord, build_batch  # noqa: E402
 
@@ -166,34 +166,6 @@ def read_log(log: PartitionLog, size: int) -> float:
     elapsed = time.perf_counter() - started
     assert received == size, (received, size)
     return elapsed
-
-
-def machine_info() -> dict[str, object]:
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu": model,
-        "cpus": os.cpu_count(),
-    }
-
-
-def cpu_pressure() -> float | None:
-    """Linux PSI: share of the last 10 s in which some runnable task waited for a CPU (other load)."""
-    try:
-        for line in Path("/proc/pressure/cpu").read_text().splitlines():
-            if line.startswith("some"):
-                return float(line.split()[1].split("=")[1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return None
 
 
 def main() -> None:

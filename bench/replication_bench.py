@@ -33,7 +33,6 @@ import asyncio
 import datetime
 import json
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -51,6 +50,7 @@ from confluent_kafka import KafkaError, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 
+from bench.machine import machine_info  # noqa: E402
 from broker_core.client import BrokerConnection, ClientError  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.metadata.controller import ControllerLease  # noqa: E402
@@ -69,19 +69,6 @@ PRODUCE_API = 0
 
 class BenchError(RuntimeError):
     """The stack did not do what a measurement needs (e.g. no new leader was elected)."""
-
-
-def machine_info() -> dict[str, object]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu,
-            "cpus": os.cpu_count()}
 
 
 def create_topic(admin: AdminClient, name: str, partitions: int, replication: int, configs: dict[str, str]) -> None:

@@ -44,6 +44,7 @@ import pyarrow as pa  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
+from bench.machine import cpu_pressure  # noqa: E402
 from broker_core.aws import AwsSettings  # noqa: E402
 from broker_core.local_moto import start_moto_server  # noqa: E402
 from broker_core.log.config import LogConfig  # noqa: E402
@@ -169,17 +170,6 @@ class ArrowReplayReader(DataSourceReader):
         )
         for _ in range(self.rows // self.tasks // batch_rows):
             yield batch
-
-
-def cpu_pressure() -> float | None:
-    """Linux's CPU pressure ("some", avg10, percent): how much other work competed for the CPUs."""
-    try:
-        for line in Path("/proc/pressure/cpu").read_text().splitlines():
-            if line.startswith("some "):
-                return float(line.split("avg10=")[1].split()[0])
-    except OSError:
-        return None
-    return None
 
 
 def spark_cpu_seconds(moto_pid: int) -> tuple[float, float]:

@@ -26,7 +26,6 @@ import asyncio
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -40,6 +39,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import boto3  # noqa: E402
 
+from bench.machine import machine_info  # noqa: E402
 from broker_core.aws import AwsSettings  # noqa: E402
 from broker_core.client import FloeClient  # noqa: E402
 from broker_core.local_moto import start_moto_server  # noqa: E402
@@ -73,23 +73,6 @@ def build_batches() -> list[bytes]:
             count -= 1
         batches.append(batch)
     return batches
-
-
-def machine_info() -> dict[str, object]:
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu": model,
-        "cpus": os.cpu_count(),
-    }
 
 
 def paired_ratios(side_s: list[float], peer_s: list[float]) -> list[float]:
