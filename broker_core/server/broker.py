@@ -31,6 +31,8 @@ from .topic_configs import SOURCE_DEFAULT, SOURCE_STATIC_BROKER, ConfigEntry, ef
 
 log = logging.getLogger(__name__)
 ISR_CHECK_INTERVAL_S = 0.25
+# Requests naming topics this broker has not heard of share one version check per this interval.
+CATCH_UP_INTERVAL_S = 0.1
 NO_CONTROLLER_EPOCH = -1
 
 
@@ -69,6 +71,8 @@ class Broker:
         self.isr = IsrManager(self)
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
+        self._catch_up: asyncio.Task | None = None
+        self._caught_up_at = float("-inf")
         self.port = config.port
         self.services: list[BrokerService] = self._services()
         for service in self.services:
@@ -186,6 +190,30 @@ class Broker:
         version = await asyncio.to_thread(self.store.metadata_version)
         if version != self.image.version:
             await self.refresh_metadata()
+
+    async def catch_up_metadata(self) -> None:
+        """Read the metadata version now and the snapshot if it changed: called before answering that
+        a topic is unknown, since it may have been created after this broker's last poll (a client
+        that creates a topic and at once produces to it would otherwise be told it does not exist).
+        Callers within CATCH_UP_INTERVAL_S of the last check share it, so requests for topics that do
+        not exist cost at most one DynamoDB read per interval."""
+        loop = asyncio.get_running_loop()
+        if self._catch_up is None:
+            if loop.time() - self._caught_up_at < CATCH_UP_INTERVAL_S:
+                return
+            self._catch_up = asyncio.ensure_future(self._poll_metadata())
+        task = self._catch_up
+        try:
+            await asyncio.shield(task)
+        except MetadataError as exc:
+            log.warning("metadata catch-up failed: %s", exc)
+        except Exception:
+            # The request is then answered from the image this broker has.
+            log.exception("metadata catch-up failed")
+        finally:
+            if self._catch_up is task and task.done():
+                self._catch_up = None
+                self._caught_up_at = loop.time()
 
     async def refresh_metadata(self) -> None:
         async with self._refresh_lock:

@@ -14,7 +14,7 @@ import datetime
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -95,9 +95,18 @@ class RequestHandlers:
 
     # Metadata ----------------------------------------------------------------------------------
 
+    async def _catch_up_for(self, names: Iterable[str | None]) -> None:
+        """Before a request naming a topic this broker's image lacks is answered, let the broker
+        check for newer metadata: the topic may have been created since its last poll."""
+        topics = self.broker.image.topics
+        if any(name is not None and name not in topics for name in names):
+            await self.broker.catch_up_metadata()
+
     async def metadata(self, request: Request) -> Any:
-        image = self.broker.image
         body = request.body
+        if body.topics:
+            await self._catch_up_for(getattr(entry, "name", None) for entry in body.topics)
+        image = self.broker.image
         if body.topics is None:
             names = sorted(image.topics)
         else:
@@ -150,6 +159,7 @@ class RequestHandlers:
         acks = body.acks
         results: list[tuple[str, list[dict[str, Any]]]] = []
         pending: list[tuple[dict[str, Any], Any, int]] = []
+        await self._catch_up_for(topic_data.name for topic_data in body.topic_data)
         for topic_data in body.topic_data:
             partition_results = []
             for data in topic_data.partition_data:
@@ -233,6 +243,7 @@ class RequestHandlers:
         body = request.body
         replica_id = getattr(body, "replica_id", -1)
         deadline = time.monotonic() + body.max_wait.total_seconds()
+        await self._catch_up_for(getattr(topic_request, "topic", None) for topic_request in body.topics)
         while True:
             topics, total, partitions, had_error = await self._read_fetch(body, replica_id)
             remaining = deadline - time.monotonic()
@@ -326,6 +337,7 @@ class RequestHandlers:
 
     async def list_offsets(self, request: Request) -> Any:
         body = request.body
+        await self._catch_up_for(topic_request.name for topic_request in body.topics)
         image = self.broker.image
         topics = []
         for topic_request in body.topics:
@@ -501,6 +513,8 @@ class RequestHandlers:
 
     async def describe_configs(self, request: Request) -> Any:
         body = request.body
+        await self._catch_up_for(resource.resource_name for resource in body.resources
+                                 if resource.resource_type == RESOURCE_TOPIC)
         results = []
         for resource in body.resources:
             keys = set(resource.configuration_keys) if resource.configuration_keys else None
