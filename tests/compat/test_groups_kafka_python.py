@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import NoOffsetForPartitionError
 
 from broker_core.metadata.store import MetadataStore
@@ -16,6 +17,10 @@ from tests.support.stack import running_stack
 PARTITIONS = 4
 GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500, "enable_auto_commit": False,
                   "max_poll_interval_ms": 30000}
+# poll() returns as soon as records arrive, so a long timeout costs nothing. A short one does: a
+# kafka-python 3.0 member whose JoinGroup/SyncGroup round finishes after its poll() gave up throws
+# that round away and joins again on the next poll(), so on a slow machine it may never settle.
+POLL_MS = 1000
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +57,48 @@ def drain(consumers: list[KafkaConsumer], count: int, timeout_s: float = 30) -> 
     deadline = time.monotonic() + timeout_s
     while sum(map(len, got.values())) < count and time.monotonic() < deadline:
         for consumer in consumers:
-            for tp, records in consumer.poll(timeout_ms=100).items():
+            for tp, records in consumer.poll(timeout_ms=POLL_MS).items():
                 got[consumer.config["client_id"]] += [(tp.partition, r.offset, r.value) for r in records]
     return got
+
+
+def settle(consumers: list[KafkaConsumer], timeout_s: float = 30) -> dict[str, set[TopicPartition]]:
+    """Poll every member from its own thread, as applications run consumers, until each has a share
+    and no two shares overlap; returns each member's assignment.
+
+    One thread taking turns polling two members can rebalance forever with kafka-python 3.0: a
+    member whose JoinGroup/SyncGroup round finished while the thread was polling the other member
+    throws the round away and joins again, which sends the other member back to join too.
+    """
+    lock = threading.Lock()
+    seen: dict[str, set[TopicPartition]] = {}
+    stop = threading.Event()
+
+    def run(consumer: KafkaConsumer) -> None:
+        while not stop.is_set():
+            consumer.poll(timeout_ms=POLL_MS)
+            with lock:
+                seen[consumer.config["client_id"]] = set(consumer.assignment())
+
+    def settled() -> bool:
+        with lock:
+            shares = [seen.get(c.config["client_id"], set()) for c in consumers]
+        return all(shares) and sum(map(len, shares)) == len(set().union(*shares))
+
+    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in consumers]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not settled():
+            assert time.monotonic() < deadline, f"the members never settled on a shared assignment: {seen}"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    with lock:
+        return dict(seen)
 
 
 def test_members_share_partitions_and_a_new_member_resumes_from_the_commits(stack) -> None:
@@ -68,14 +112,8 @@ def test_members_share_partitions_and_a_new_member_resumes_from_the_commits(stac
     one.commit()
 
     two = KafkaConsumer(topic, client_id="two", **settings)
-    deadline = time.monotonic() + 30
-    # A member's assignment() changes only when its own poll() handles the rebalance, so the two views
-    # can overlap for a moment after the second member got its share: wait until both settled.
-    while not (one.assignment() and two.assignment() and not one.assignment() & two.assignment()):
-        assert time.monotonic() < deadline, "the two members never settled on a shared assignment"
-        one.poll(timeout_ms=100)
-        two.poll(timeout_ms=100)
-    assert {tp.partition for tp in one.assignment() | two.assignment()} == set(range(PARTITIONS))
+    assignments = settle([one, two])
+    assert set().union(*assignments.values()) == {TopicPartition(topic, p) for p in range(PARTITIONS)}
     one.close()
     two.close()
 
@@ -97,7 +135,7 @@ def test_auto_offset_reset_none_raises_for_a_group_without_offsets(stack) -> Non
     with pytest.raises(NoOffsetForPartitionError):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            consumer.poll(timeout_ms=200)
+            consumer.poll(timeout_ms=POLL_MS)
     consumer.close()
 
 
@@ -109,7 +147,7 @@ def test_auto_offset_reset_latest_skips_what_was_there_before(stack) -> None:
     deadline = time.monotonic() + 30
     while not consumer.assignment():
         assert time.monotonic() < deadline
-        assert consumer.poll(timeout_ms=100) == {}
+        assert consumer.poll(timeout_ms=POLL_MS) == {}
     # position() resolves the reset: from here on only new records can arrive.
     assert consumer.position(next(iter(consumer.assignment()))) == 1
     produce(stack, topic, [b"new"], partitions=1)
