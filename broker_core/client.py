@@ -247,8 +247,8 @@ class BrokerConnection:
     async def connect(self) -> None:
         """Open the socket and negotiate versions; raises BrokerConnectionError if either fails."""
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.request_timeout_s)
+            async with asyncio.timeout(self.request_timeout_s):
+                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         except (TimeoutError, OSError) as exc:
             raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         self._reader_task = asyncio.create_task(self._read_responses(), name=f"floe-client-reader-{self.host}:{self.port}")
@@ -324,7 +324,10 @@ class BrokerConnection:
         if future is None:
             return None
         try:
-            return await asyncio.wait_for(future, self.request_timeout_s if timeout_s is None else timeout_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that
+            # arrives as the response does.
+            async with asyncio.timeout(self.request_timeout_s if timeout_s is None else timeout_s):
+                return await future
         except TimeoutError:
             self._pending.pop(correlation_id, None)
             reason = f"{api_name(api_key)} v{version} got no response within the request timeout"
@@ -381,10 +384,8 @@ class BrokerConnection:
     async def close(self) -> None:
         await self._fail("closed by the client")
         if self._reader_task is not None:
-            try:
-                await self._reader_task
-            except asyncio.CancelledError:
-                pass
+            # asyncio.wait neither raises the reader's own cancellation nor swallows one of close()'s.
+            await asyncio.wait([self._reader_task])
         if self._writer is not None:
             try:
                 await self._writer.wait_closed()
