@@ -5,8 +5,14 @@ for all its partitions at once. Before a partition's first fetch under a new lea
 the leader, with OffsetForLeaderEpoch, where this replica's latest epoch ends on the leader, and
 truncates any divergent tail (KIP-101/279). Fetched batches are appended as they are (offsets and
 epochs from the leader), the leader's high watermark is adopted up to the local log end, and the
-leader's log start offset is followed. A partition whose leader answers that it is no longer
-leader (or that our epoch is stale) waits for the next metadata image to say who leads.
+leader's log start offset is followed.
+
+Leader changes are on the failover path, so a fetcher reacts to them without waiting for the regular
+metadata poll or a long poll: while its leader cannot be reached or refuses a partition (not the
+leader, fenced or unknown epoch), it retries every LEADER_RECHECK_S and asks the broker for a shared
+metadata version check at that cadence, for up to two session timeouts (a dead leader is replaced
+within about one); and a partition that joins a fetcher, or whose leader epoch changes, abandons a
+long poll already out for the others so that its truncation and first fetch start at once.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 _RETRY_BACKOFF_S = 0.2
+# How often a fetcher whose leader is gone or refusing retries and checks the metadata version.
+LEADER_RECHECK_S = 0.05
 
 
 @dataclass
@@ -59,15 +67,20 @@ class ReplicaFetcher:
         self._connection: BrokerConnection | None = None
         self._task: asyncio.Task | None = None
         self._wakeup = asyncio.Event()
+        # Set when a partition joins or changes leader epoch: a long poll already out is abandoned.
+        self._membership_changed = asyncio.Event()
         # A refusal mostly means the leader or this broker has not read the latest metadata yet;
         # both will have within one poll interval.
         self._stall_s = broker.config.get_int("metadata.poll.interval.ms") / 1000
+        self._fast_recheck_window_s = 2 * broker.config.get_int("broker.session.timeout.ms") / 1000
+        self._trouble_since: float | None = None
 
     def follow(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
         current = self.partitions.get(key)
         if current is None or current.leader_epoch != partition.leader_epoch or current.partition is not partition:
             self.partitions[key] = FollowedPartition(partition, partition.leader_epoch)
+            self._membership_changed.set()
         else:
             current.stalled_until = 0.0
         self._wakeup.set()
@@ -105,8 +118,22 @@ class ReplicaFetcher:
         self._connection = connection
         return connection
 
+    def _leader_trouble(self, usual_wait_s: float) -> float:
+        """Note that the leader cannot be reached or refused us; returns how long to wait before
+        retrying: LEADER_RECHECK_S within the fast window, where the broker also re-checks the
+        metadata version (shared, rate-limited), since the usual cause is a leader change this
+        broker has not read yet; ``usual_wait_s`` after it."""
+        now = asyncio.get_running_loop().time()
+        if self._trouble_since is None:
+            self._trouble_since = now
+        if now - self._trouble_since > self._fast_recheck_window_s:
+            return usual_wait_s
+        self.broker.recheck_metadata_soon(LEADER_RECHECK_S)
+        return LEADER_RECHECK_S
+
     async def _run(self) -> None:
         while self.partitions:
+            self._membership_changed.clear()
             now = asyncio.get_running_loop().time()
             active = [f for f in self.partitions.values() if f.stalled_until <= now]
             if not active:
@@ -120,7 +147,7 @@ class ReplicaFetcher:
             try:
                 connection = await self._connect()
                 if connection is None:
-                    await asyncio.sleep(_RETRY_BACKOFF_S)
+                    await asyncio.sleep(self._leader_trouble(_RETRY_BACKOFF_S))
                     continue
                 truncating = [f for f in active if f.needs_truncation]
                 if truncating:
@@ -132,7 +159,7 @@ class ReplicaFetcher:
             except (ClientError, OSError) as exc:
                 log.info("fetcher for leader %d: %s; retrying", self.leader_id, exc)
                 await self._close_connection()
-                await asyncio.sleep(_RETRY_BACKOFF_S)
+                await asyncio.sleep(self._leader_trouble(_RETRY_BACKOFF_S))
             except Exception:
                 log.exception("fetcher for leader %d failed; retrying", self.leader_id)
                 await self._close_connection()
@@ -165,7 +192,7 @@ class ReplicaFetcher:
         for f, latest in asks:
             answer = answers.get((f.partition.topic, f.partition.index))
             if answer is None or answer.error_code != ErrorCode.none:
-                f.stall(self._stall_s)
+                f.stall(self._leader_trouble(self._stall_s))
                 continue
             log_ = f.partition.log
             if answer.end_offset < 0:
@@ -185,6 +212,8 @@ class ReplicaFetcher:
     # fetching ----------------------------------------------------------------------------------
 
     async def _fetch(self, connection: BrokerConnection, followed: list[FollowedPartition]) -> None:
+        if self._membership_changed.is_set():
+            return  # a partition joined since `followed` was chosen: choose again
         config = self.broker.config
         by_topic: dict[str, list[dict]] = {}
         for f in followed:
@@ -196,7 +225,7 @@ class ReplicaFetcher:
                 "log_start_offset": f.partition.log_start_offset,
                 "partition_max_bytes": config.get_int("replica.fetch.max.bytes"),
             })
-        response = await connection.send(FETCH, {
+        request = asyncio.ensure_future(connection.send(FETCH, {
             "replica_id": config.broker_id,
             "max_wait": _ms(config.get_int("replica.fetch.wait.max.ms")),
             "min_bytes": 1,
@@ -207,26 +236,44 @@ class ReplicaFetcher:
             "topics": [{"topic": t, "topic_id": None, "partitions": ps} for t, ps in by_topic.items()],
             "forgotten_topics_data": [],
             "rack_id": "",
-        }, timeout_s=config.get_int("request.timeout.ms") / 1000 + config.get_int("replica.fetch.wait.max.ms") / 1000)
-        for topic in response.responses:
+        }, timeout_s=config.get_int("request.timeout.ms") / 1000 + config.get_int("replica.fetch.wait.max.ms") / 1000))
+        changed = asyncio.ensure_future(self._membership_changed.wait())
+        try:
+            await asyncio.wait((request, changed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            if not request.done():
+                # A partition joined or changed leader: its truncation and first fetch would wait
+                # behind this long poll for up to replica.fetch.wait.max.ms, since the leader answers
+                # a connection's requests in order. Give it up; the late answer must not be read as
+                # the next request's, so the connection goes too.
+                request.cancel()
+                await self._close_connection()
+        if request.cancelled():
+            return
+        refused = False
+        for topic in request.result().responses:
             for answer in topic.partitions:
                 f = self.partitions.get((topic.topic, answer.partition_index))
                 if f is None:
                     continue
-                await self._apply(connection, f, answer)
+                refused |= await self._apply(connection, f, answer)
+        if not refused:
+            self._trouble_since = None
 
-    async def _apply(self, connection: BrokerConnection, f: FollowedPartition, answer: object) -> None:
+    async def _apply(self, connection: BrokerConnection, f: FollowedPartition, answer: object) -> bool:
+        """Take one partition's answer; True if the leader refused the partition."""
         partition = f.partition
         code = answer.error_code
         if code == ErrorCode.offset_out_of_range:
             await self._reset_out_of_range(connection, f)
-            return
+            return False
         if code != ErrorCode.none:
             # Not (or no longer) the leader at our epoch: wait for the metadata to say who leads.
             log.info("%s-%d: leader %d answered %s; waiting for new metadata", partition.topic, partition.index,
                      self.leader_id, code.name)
-            f.stall(self._stall_s)
-            return
+            f.stall(self._leader_trouble(self._stall_s))
+            return True
         if answer.records:
             try:
                 partition.append_as_follower(answer.records)
@@ -234,17 +281,18 @@ class ReplicaFetcher:
                 log.warning("%s-%d: cannot append replicated batches: %s; re-checking divergence",
                             partition.topic, partition.index, exc)
                 f.needs_truncation = True
-                return
+                return False
         if answer.log_start_offset > partition.log_start_offset:
             partition.log.delete_records_before(min(answer.log_start_offset, partition.log_end_offset))
         partition.set_high_watermark_from_leader(answer.high_watermark)
+        return False
 
     async def _reset_out_of_range(self, connection: BrokerConnection, f: FollowedPartition) -> None:
         """Our fetch offset is outside the leader's log: cut back to its end or jump to its start."""
         partition = f.partition
         latest = await self._leader_offset(connection, f, LATEST_TIMESTAMP)
         if latest is None:
-            f.stall(self._stall_s)
+            f.stall(self._leader_trouble(self._stall_s))
             return
         if partition.log_end_offset > latest:
             partition.truncate_to(latest)

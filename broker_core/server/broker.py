@@ -73,6 +73,7 @@ class Broker:
         self._refresh_lock = asyncio.Lock()
         self._catch_up: asyncio.Task | None = None
         self._caught_up_at = float("-inf")
+        self._stopping = False
         self.port = config.port
         self.services: list[BrokerService] = self._services()
         for service in self.services:
@@ -123,8 +124,13 @@ class Broker:
                 await self._controlled_shutdown()
             except MetadataError as exc:
                 log.warning("controlled shutdown could not be completed: %s", exc)
-        # No more metadata refreshes from here on, so none can start fetchers that are being stopped.
+        # No more metadata refreshes from here on, so none can start fetchers that are being stopped
+        # or reopen replicas that are being closed.
         await self._cancel_tasks(None)
+        self._stopping = True
+        if self._catch_up is not None:
+            self._catch_up.cancel()
+            await asyncio.gather(self._catch_up, return_exceptions=True)
         await self.fetchers.stop()
         for service in reversed(self.services):
             await service.stop()
@@ -187,38 +193,62 @@ class Broker:
             )
 
     async def _poll_metadata(self) -> None:
+        # The regular poll joins a catch-up check already running rather than reading twice.
+        await self.catch_up_metadata(min_interval_s=0.0)
+
+    async def _check_metadata_version(self) -> None:
         version = await asyncio.to_thread(self.store.metadata_version)
         if version != self.image.version:
-            await self.refresh_metadata()
+            await self.refresh_metadata(unless_at=version)
 
-    async def catch_up_metadata(self) -> None:
+    async def catch_up_metadata(self, min_interval_s: float = CATCH_UP_INTERVAL_S) -> None:
         """Read the metadata version now and the snapshot if it changed: called before answering that
         a topic is unknown, since it may have been created after this broker's last poll (a client
         that creates a topic and at once produces to it would otherwise be told it does not exist).
-        Callers within CATCH_UP_INTERVAL_S of the last check share it, so requests for topics that do
-        not exist cost at most one DynamoDB read per interval."""
+        Callers within ``min_interval_s`` of the last check share it, so requests for topics that
+        do not exist cost at most one DynamoDB read per interval."""
+        check = self._start_catch_up(min_interval_s)
+        if check is not None:
+            await asyncio.shield(check)
+
+    def recheck_metadata_soon(self, min_interval_s: float) -> None:
+        """Start the shared version check of `catch_up_metadata` without waiting for it: replica
+        fetchers call this while their leader is gone or refusing, to learn of the new leader
+        before the next regular poll."""
+        self._start_catch_up(min_interval_s)
+
+    def _start_catch_up(self, min_interval_s: float) -> asyncio.Future | None:
+        """The version check running now, a new one, or None if one ended within the interval."""
         loop = asyncio.get_running_loop()
         if self._catch_up is None:
-            if loop.time() - self._caught_up_at < CATCH_UP_INTERVAL_S:
-                return
-            self._catch_up = asyncio.ensure_future(self._poll_metadata())
-        task = self._catch_up
+            if self._stopping or loop.time() - self._caught_up_at < min_interval_s:
+                return None
+            self._catch_up = asyncio.ensure_future(self._checked_poll())
+            self._catch_up.add_done_callback(self._catch_up_done)
+        return self._catch_up
+
+    def _catch_up_done(self, check: asyncio.Future) -> None:
+        self._catch_up = None
+        self._caught_up_at = asyncio.get_running_loop().time()
+
+    async def _checked_poll(self) -> None:
         try:
-            await asyncio.shield(task)
+            await self._check_metadata_version()
         except MetadataError as exc:
             log.warning("metadata catch-up failed: %s", exc)
         except Exception:
-            # The request is then answered from the image this broker has.
+            # Requests are then answered from the image this broker has.
             log.exception("metadata catch-up failed")
-        finally:
-            if self._catch_up is task and task.done():
-                self._catch_up = None
-                self._caught_up_at = loop.time()
 
-    async def refresh_metadata(self) -> None:
+    async def refresh_metadata(self, *, unless_at: int | None = None) -> None:
+        """Read a new snapshot and apply it; with ``unless_at``, not if a refresh that finished
+        while this one waited for the lock already brought the image to that version."""
         async with self._refresh_lock:
-            snapshot = await asyncio.to_thread(self.store.snapshot)
-            lease = await asyncio.to_thread(self.lease.current)
+            if unless_at is not None and self.image.version >= unless_at:
+                return
+            # Two independent reads, so they overlap: the refresh is on the failover path.
+            snapshot, lease = await asyncio.gather(asyncio.to_thread(self.store.snapshot),
+                                                   asyncio.to_thread(self.lease.current))
             image = MetadataImage.from_snapshot(snapshot, controller_id=lease.holder if lease else -1)
             self.image = image
             self.replicas.apply(image)

@@ -1,0 +1,113 @@
+"""Followers pick up a leader change by themselves, without the regular metadata poll or a long poll.
+
+In the first test the brokers poll the metadata version only every ten minutes, so an acknowledged
+acks=all write after the leader's death shows that both survivors (the new leader and the follower
+that must fetch from it) learned of the election because their fetchers lost the old leader. In the
+second a follower's long poll lasts up to ten minutes, so an acknowledged write to a partition that
+joins its fetcher shows that the long poll already out did not hold the newcomer back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from broker_core.client import BrokerConnection, ClientError
+from broker_core.local_stack import LocalStack
+from broker_core.metadata.controller import ControllerLease
+from broker_core.metadata.store import MetadataStore
+from tests.faults.harness import produce_directly
+from tests.support.stack import running_stack
+
+METADATA_API = 3
+PATIENCE_S = 60.0
+
+
+def wait_for(what: str, condition: Callable[[], bool], timeout_s: float = PATIENCE_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:.0f}s"
+        time.sleep(0.1)
+
+
+def produce_acks_all(stack: LocalStack, broker_id: int, topic: str, partition: int, value: bytes,
+                     timeout_ms: int) -> ErrorCode:
+    """One acks=all Produce of one record sent to exactly this broker; its error code."""
+    try:
+        code, _ = produce_directly(stack.host, stack.processes[broker_id].port, topic, partition, value,
+                                   timeout_ms=timeout_ms)
+    except ClientError:
+        return ErrorCode.network_exception
+    return code
+
+
+def ask_about_topic(stack: LocalStack, broker_id: int, topic: str) -> None:
+    """A Metadata request naming the topic: a broker that has not heard of it reads the metadata."""
+    async def ask() -> None:
+        connection = BrokerConnection(stack.host, stack.processes[broker_id].port)
+        await connection.connect()
+        try:
+            await connection.send(METADATA_API, {
+                "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False,
+            })
+        finally:
+            await connection.close()
+
+    asyncio.run(ask())
+
+
+def in_sync(store: MetadataStore, topic: str) -> bool:
+    return all(p.leader >= 0 and len(p.isr) == len(p.replicas) for p in store.get_partitions(topic))
+
+
+def test_followers_find_the_new_leader_after_a_leader_dies_without_a_metadata_poll(tmp_path) -> None:
+    # Nor does a leader shrink an ISR (a lost race to the controller would make it re-read metadata).
+    overrides = {"metadata.poll.interval.ms": "600000", "replica.lag.time.max.ms": "600000"}
+    with running_stack(tmp_path, brokers=3, overrides=overrides) as stack:
+        store = MetadataStore(stack.aws)
+        topic = "leader-dies"
+        admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+        admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[topic].result(timeout=60)
+        for broker_id in stack.processes:
+            ask_about_topic(stack, broker_id, topic)
+        wait_for("every replica in sync", lambda: in_sync(store, topic))
+        controller = ControllerLease(store).current().holder
+        doomed = next(p for p in store.get_partitions(topic) if p.leader != controller)
+        assert produce_acks_all(stack, doomed.leader, topic, doomed.partition, b"before", 10_000) == ErrorCode.none
+
+        stack.kill_broker(doomed.leader, signal.SIGKILL)
+        wait_for("a new leader elected", lambda: store.get_partition(topic, doomed.partition).leader
+                 not in (-1, doomed.leader))
+        new_leader = store.get_partition(topic, doomed.partition).leader
+
+        outcomes: list[ErrorCode] = []
+
+        def acknowledged() -> bool:
+            outcomes.append(produce_acks_all(stack, new_leader, topic, doomed.partition, b"after", 5_000))
+            return outcomes[-1] == ErrorCode.none
+
+        wait_for("an acks=all write acknowledged by the new leader", acknowledged)
+        after = store.get_partition(topic, doomed.partition)
+        assert after.leader == new_leader and after.leader_epoch > doomed.leader_epoch
+        assert doomed.leader not in after.isr
+
+
+def test_a_partition_joining_a_fetcher_is_replicated_while_a_long_poll_is_out(tmp_path) -> None:
+    overrides = {"replica.fetch.wait.max.ms": "600000"}
+    with running_stack(tmp_path, brokers=2, overrides=overrides) as stack:
+        store = MetadataStore(stack.aws)
+        admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+        admin.create_topics([NewTopic("idle", 2, 2)])["idle"].result(timeout=60)
+        wait_for("the idle topic in sync", lambda: in_sync(store, "idle"))
+        # Both followers now hold a long poll on idle partitions, which nobody writes to.
+        admin.create_topics([NewTopic("joining", 2, 2, config={"min.insync.replicas": "2"})])["joining"].result(
+            timeout=60)
+        wait_for("the joining topic in sync", lambda: in_sync(store, "joining"))
+        for state in store.get_partitions("joining"):
+            assert produce_acks_all(stack, state.leader, "joining", state.partition, b"x", 20_000) == ErrorCode.none
