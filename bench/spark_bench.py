@@ -53,6 +53,7 @@ from broker_core.metadata.store import MetadataStore  # noqa: E402
 from broker_core.records import Compression, SimpleRecord, build_batch, iter_records  # noqa: E402
 from emr_jobs import FloeDataSource  # noqa: E402
 from emr_jobs.arrow_records import RecordRange, arrow_schema, iter_arrow_batches  # noqa: E402
+from emr_jobs.python_worker import prepare_python_worker  # noqa: E402
 from emr_jobs.remote import read_range  # noqa: E402
 from emr_jobs.schema import kafka_schema  # noqa: E402
 from tiered_storage.indexes import encode_indexes  # noqa: E402
@@ -154,6 +155,7 @@ class ArrowReplayReader(DataSourceReader):
         return [InputPartition(task) for task in range(self.tasks)]
 
     def read(self, partition):
+        prepare_python_worker()  # as the floe source does, so that only the Arrow path itself is left
         now = time.time_ns() // 1_000_000
         batch_rows = 32_768
         batch = pa.RecordBatch.from_arrays(

@@ -25,6 +25,7 @@ from emr_jobs.arrow_records import RecordRange, iter_arrow_batches
 from emr_jobs.errors import InvalidOptionError
 from emr_jobs.options import ReadOptions, parse_options
 from emr_jobs.planning import SegmentRead, check_partitions, plan_segment_reads, resolve_offsets
+from emr_jobs.python_worker import prepare_python_worker
 from emr_jobs.schema import kafka_schema
 
 
@@ -78,6 +79,8 @@ class FloeReader(DataSourceReader):
         if not isinstance(partition, SegmentRead):
             return  # Spark hands one None partition to a read that planned none
         remote.use_local_stack_credentials(self.options)
+        remote.s3_client(self.options.aws)  # made before the worker's heap is frozen, so frozen with it
+        prepare_python_worker()
         records = RecordRange(
             topic=partition.topic,
             partition=partition.partition,
