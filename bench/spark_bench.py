@@ -12,9 +12,10 @@ materialises rows without writing them, for ``spark.read.format("floe")`` and fo
 ``spark.read.parquet``. Reported: rows/s medians and the median of the per-run ratios (goal >= 0.5).
 
 To show what bounds the ratio, the same run also measures, inside Spark, a Python data source that
-only replays Arrow batches already in memory (the cost of Spark's Python data source path itself)
-and, for each side, the CPU time per row spent in Spark's JVM and in its Python workers; outside
-Spark, the decoder alone (one core, segment bytes already in memory), the record-at-a-time
+only replays Arrow batches already in memory, with the same per-task worker preparation as the
+floe source (emr_jobs.python_worker): the cost of Spark's Python data source path itself; and,
+for each side, the CPU time per row spent in Spark's JVM and in its Python workers; outside Spark,
+the decoder alone (one core, segment bytes already in memory), the record-at-a-time
 reference codec of broker_core.records on the same bytes, and one ranged GET stream from moto.
 
     .venv/bin/python bench/spark_bench.py [--rows 2000000] [--partitions 4] [--runs 5] [--codec none]

@@ -31,7 +31,13 @@ from tiered_storage.manifest import ManifestStore, RemoteSegment
 
 READ_CHUNK_BYTES = 8 * 1024 * 1024
 TIMESTAMP_SCAN_CHUNK_BYTES = 256 * 1024
-_S3_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, max_pool_connections=16)
+# Every batch and every indexes object read is checked against its own CRC-32C, so botocore's CRC
+# of the response stream (on by default since botocore 1.36) would only check the same bytes twice.
+_S3_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 8},
+    max_pool_connections=16,
+    response_checksum_validation="when_required",
+)
 
 
 def use_local_stack_credentials(options: ReadOptions) -> None:
