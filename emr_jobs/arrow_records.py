@@ -174,14 +174,15 @@ def _record_error(object_key: str, section: _Section, index: int, section_offset
     )
 
 
-def _find_record_starts(data: bytearray, begin: int, section: _Section, object_key: str, starts: list[int]) -> None:
-    """Append where each record of the section at ``data[begin:]`` starts: the one per-record Python loop.
+def _find_record_starts(
+    data: bytearray, begin: int, end: int, section: _Section, object_key: str, starts: list[int]
+) -> None:
+    """Append where each record of the section at ``data[begin:end]`` starts: the one per-record Python loop.
 
     Record lengths of 1 and 2 varint bytes (records up to 8 KiB) are decoded inline; sanity is
     checked once after the loop (no odd zigzag, that is no negative length, and the records end
     exactly where the section does), and only then, to name the culprit, record by record.
     """
-    end = len(data)
     append = starts.append
     position = begin
     odd = 0
@@ -204,7 +205,7 @@ def _find_record_starts(data: bytearray, begin: int, section: _Section, object_k
     except IndexError:
         odd = 1
     if odd & 1 or position != end:
-        _raise_for_bad_lengths(data, begin, section, object_key)
+        _raise_for_bad_lengths(data, begin, end, section, object_key)
 
 
 def _long_length(data: bytearray, position: int) -> tuple[int, int]:
@@ -220,9 +221,8 @@ def _long_length(data: bytearray, position: int) -> tuple[int, int]:
     return 1, position
 
 
-def _raise_for_bad_lengths(data: bytearray, begin: int, section: _Section, object_key: str) -> None:
+def _raise_for_bad_lengths(data: bytearray, begin: int, end: int, section: _Section, object_key: str) -> None:
     """Walk the record lengths of a section that failed the fast walk, and raise for the first bad one."""
-    end = len(data)
     position = begin
     for index in range(section.header.records_count):
         if position >= end:
@@ -283,7 +283,12 @@ def _binary_column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, arr
     sizes = np.where(present, lengths, 0).astype(np.int32)
     views = np.zeros((count, 4), dtype=np.int32)  # length, then prefix / buffer index / offset, or 12 inline bytes
     views[:, 0] = sizes
-    leading = buf[starts[:, None] + np.arange(_VIEW_INLINE_BYTES)]  # buf is padded, so this never runs off its end
+    # Rows of a 12-byte window sliding over buf (buf is padded, so none runs off its end): one 12-byte
+    # gather per value, not a gather through a 12-column matrix of indices.
+    windows = np.lib.stride_tricks.as_strided(
+        buf, shape=(len(buf) - _VIEW_INLINE_BYTES + 1, _VIEW_INLINE_BYTES), strides=(1, 1), writeable=False
+    )
+    leading = windows[starts]
     short = sizes <= _VIEW_INLINE_BYTES
     leading[short] *= np.arange(_VIEW_INLINE_BYTES) < sizes[short, None]  # inline values are zero-padded
     views[:, 1:] = leading.view(np.int32)
@@ -300,15 +305,17 @@ def _binary_column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, arr
 
 
 def _decode_group(group: list[_Section], records: RecordRange, object_key: str) -> pa.RecordBatch:
-    joined = bytearray()
+    # One buffer for the whole group, sized up front (the padding stays zero), each section copied once.
+    joined = bytearray(sum(len(section.data) for section in group) + len(_BUFFER_PADDING))
     section_begins = []
     starts: list[int] = []
+    begin = 0
     for section in group:
-        begin = len(joined)
+        end = begin + len(section.data)
         section_begins.append(begin)
-        joined += section.data
-        _find_record_starts(joined, begin, section, object_key, starts)
-    joined += _BUFFER_PADDING
+        joined[begin:end] = section.data
+        _find_record_starts(joined, begin, end, section, object_key, starts)
+        begin = end
     buf = np.frombuffer(joined, dtype=np.uint8)
     counts = np.array([section.header.records_count for section in group], dtype=np.int64)
     rows = len(starts)
