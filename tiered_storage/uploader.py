@@ -218,12 +218,15 @@ class PartitionUploader:
     async def prepare(self) -> None:
         """Read the remote end from the manifest and clean rows earlier runs left unfinished."""
         partition = self.partition
-        head = await self._manifest(self.manifest.partition_head, partition.topic_id, partition.index)
-        unfinished = await self._manifest(
-            self.manifest.list_segments,
-            partition.topic_id,
-            partition.index,
-            (SegmentState.COPY_STARTED, SegmentState.DELETE_STARTED),
+        # Two independent reads: one round trip to DynamoDB instead of two before the first upload.
+        head, unfinished = await asyncio.gather(
+            self._manifest(self.manifest.partition_head, partition.topic_id, partition.index),
+            self._manifest(
+                self.manifest.list_segments,
+                partition.topic_id,
+                partition.index,
+                (SegmentState.COPY_STARTED, SegmentState.DELETE_STARTED),
+            ),
         )
         # A COPY_STARTED row of a higher epoch belongs to a newer leader still at work: not ours to clean.
         self._to_clean = [
@@ -365,10 +368,20 @@ class PartitionUploader:
                 leader_epoch=self.leader_epoch,
                 epoch_entries=epochs,
             )
+            # Both objects at once (the small one costs a round trip, not a transfer); if either fails
+            # or this task is cancelled, the other is stopped before the row's objects are cleaned.
+            uploads = [
+                asyncio.ensure_future(self.objects.put_bytes(row.indexes_key, indexes)),
+                asyncio.ensure_future(
+                    self.objects.upload_file_range(row.log_key, fd, candidate.position, candidate.length)
+                ),
+            ]
             try:
-                await self.objects.put_bytes(row.indexes_key, indexes)
-                await self.objects.upload_file_range(row.log_key, fd, candidate.position, candidate.length)
+                await asyncio.gather(*uploads)
             except BaseException:
+                for upload in uploads:
+                    upload.cancel()
+                await asyncio.shield(asyncio.gather(*uploads, return_exceptions=True))
                 await asyncio.shield(self._give_up(row))
                 raise
             return row
