@@ -11,8 +11,9 @@ Leader changes are on the failover path, so a fetcher reacts to them without wai
 metadata poll or a long poll: while its leader cannot be reached or refuses a partition (not the
 leader, fenced or unknown epoch), it retries every LEADER_RECHECK_S and asks the broker for a shared
 metadata version check at that cadence, for up to two session timeouts (a dead leader is replaced
-within about one); and a partition that joins a fetcher, or whose leader epoch changes, abandons a
-long poll already out for the others so that its truncation and first fetch start at once.
+within about one); a partition that joins a fetcher, or whose leader epoch changes, abandons a
+long poll already out for the others so that its truncation and first fetch start at once; and no
+long poll lasts past the moment a stalled partition is due to be retried.
 """
 
 from __future__ import annotations
@@ -215,6 +216,13 @@ class ReplicaFetcher:
         if self._membership_changed.is_set():
             return  # a partition joined since `followed` was chosen: choose again
         config = self.broker.config
+        # Not past the moment a stalled partition is due again: it is not in this request, and a
+        # long poll would otherwise hold its retry back.
+        wait_ms = config.get_int("replica.fetch.wait.max.ms")
+        now = asyncio.get_running_loop().time()
+        due = [f.stalled_until - now for f in self.partitions.values() if f.stalled_until > now]
+        if due:
+            wait_ms = min(wait_ms, int(min(due) * 1000))
         by_topic: dict[str, list[dict]] = {}
         for f in followed:
             by_topic.setdefault(f.partition.topic, []).append({
@@ -227,7 +235,7 @@ class ReplicaFetcher:
             })
         request = asyncio.ensure_future(connection.send(FETCH, {
             "replica_id": config.broker_id,
-            "max_wait": _ms(config.get_int("replica.fetch.wait.max.ms")),
+            "max_wait": _ms(wait_ms),
             "min_bytes": 1,
             "max_bytes": config.get_int("replica.fetch.response.max.bytes"),
             "isolation_level": 0,

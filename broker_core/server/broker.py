@@ -193,10 +193,6 @@ class Broker:
             )
 
     async def _poll_metadata(self) -> None:
-        # The regular poll joins a catch-up check already running rather than reading twice.
-        await self.catch_up_metadata(min_interval_s=0.0)
-
-    async def _check_metadata_version(self) -> None:
         version = await asyncio.to_thread(self.store.metadata_version)
         if version != self.image.version:
             await self.refresh_metadata(unless_at=version)
@@ -233,7 +229,7 @@ class Broker:
 
     async def _checked_poll(self) -> None:
         try:
-            await self._check_metadata_version()
+            await self._poll_metadata()
         except MetadataError as exc:
             log.warning("metadata catch-up failed: %s", exc)
         except Exception:

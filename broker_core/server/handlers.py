@@ -155,6 +155,13 @@ class RequestHandlers:
     # Produce -----------------------------------------------------------------------------------
 
     async def produce(self, request: Request) -> Any:
+        complete = await self.start_produce(request)
+        return await complete()
+
+    async def start_produce(self, request: Request) -> Callable[[], Awaitable[Any]]:
+        """Append a Produce request's batches now; the returned function waits for acks=all and
+        builds the response (None for acks=0). The listener appends a connection's produce requests
+        in the order they came and may read the next one while an earlier one waits for its acks."""
         body = request.body
         acks = body.acks
         results: list[tuple[str, list[dict[str, Any]]]] = []
@@ -172,14 +179,18 @@ class RequestHandlers:
                     self._append(topic_data.name, data.index, data.records, acks, result, pending)
                 partition_results.append(result)
             results.append((topic_data.name, partition_results))
-        if acks == 0:
-            return None
-        if acks == -1 and pending:
-            await self._await_replication(pending, body.timeout.total_seconds())
-        return _respond(request, {
-            "responses": [{"name": name, "partition_responses": parts} for name, parts in results],
-            "throttle_time": ZERO,
-        })
+
+        async def complete() -> Any:
+            if acks == 0:
+                return None
+            if acks == -1 and pending:
+                await self._await_replication(pending, body.timeout.total_seconds())
+            return _respond(request, {
+                "responses": [{"name": name, "partition_responses": parts} for name, parts in results],
+                "throttle_time": ZERO,
+            })
+
+        return complete
 
     def _append(self, topic: str, index: int, records: bytes | None, acks: int,
                 result: dict[str, Any], pending: list) -> None:

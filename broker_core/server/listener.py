@@ -1,9 +1,13 @@
 """The Kafka listener: accepts connections and runs each one's request/response cycle.
 
 Connections use raw non-blocking sockets rather than asyncio transports so that Fetch responses can
-hand file slices to `os.sendfile` (zero copy) on any event loop, uvloop included. Like Kafka, a
-connection processes one request at a time and answers in order, so pipelined requests are answered
-in the order they were sent and produce requests on one connection are appended in order.
+hand file slices to `os.sendfile` (zero copy) on any event loop, uvloop included. A connection
+answers in the order requests were sent and appends its produce requests in that order. As in Kafka,
+a request other than Produce is handled alone, once every earlier response has been written. Unlike
+Kafka, a Produce request is appended as soon as it is read, and while it waits for acks=all the
+connection reads, and appends, the produce requests behind it (up to MAX_PIPELINED_PRODUCES): with
+acks=all a producer's next batch would otherwise wait a whole replication round trip before it is
+even read.
 
 A frame that is not Kafka framing, or a request that cannot be decoded, closes that connection only;
 a well-formed request for an unsupported API version is answered (ApiVersions) or refused by closing.
@@ -16,7 +20,8 @@ import errno
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -36,6 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RECV_BYTES = 256 * 1024
+PRODUCE_KEY = 0
+MAX_PIPELINED_PRODUCES = 16
 
 
 async def _wait_writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
@@ -69,17 +76,22 @@ class Connection:
         self.decoder = FrameDecoder(max_frame_bytes)
         self.loop = asyncio.get_running_loop()
         self.peer = sock.getpeername()
+        # Produce responses still to be written, in request order; each yields encoded parts or None.
+        self._responses: asyncio.Queue[asyncio.Future] = asyncio.Queue(MAX_PIPELINED_PRODUCES)
 
     async def serve(self) -> None:
         buffer = bytearray(RECV_BYTES)
         view = memoryview(buffer)
+        writer = asyncio.create_task(self._write_responses(asyncio.current_task()))
         try:
             while True:
                 received = await self.loop.sock_recv_into(self.sock, view)
                 if received == 0:
+                    await self._responses.join()
                     return
                 for frame in self.decoder.feed(view[:received]):
                     if not await self._process(frame):
+                        await self._responses.join()  # answer what came before the bad request
                         return
         except FramingError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
@@ -87,10 +99,13 @@ class Connection:
             if getattr(exc, "errno", None) not in (errno.ECONNRESET, errno.EPIPE, None):
                 log.info("connection from %s ended: %s", self.peer, exc)
         finally:
+            writer.cancel()
+            while not self._responses.empty():
+                self._responses.get_nowait().cancel()
             self.sock.close()
 
     async def _process(self, frame: bytes) -> bool:
-        """Answer one request; False when the connection must be closed."""
+        """Handle one request; False when the connection must be closed."""
         try:
             request = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -98,6 +113,7 @@ class Connection:
                 # KIP-511: answer with v0 and our ranges so the client can pick a version.
                 stub = Request(API_VERSIONS_KEY, 0, exc.correlation_id, None, None, len(frame))
                 response = self.handlers.api_versions_response(stub, ErrorCode.unsupported_version)
+                await self._responses.join()
                 await self._send(encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, response))
                 return True
             log.warning("closing connection from %s: %s", self.peer, exc)
@@ -105,17 +121,48 @@ class Connection:
         except InvalidRequestError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
+        if request.api_key == PRODUCE_KEY:
+            try:
+                complete = await self.handlers.start_produce(request)
+            except Exception:
+                log.exception("Produce v%d from %s failed", request.api_version, self.peer)
+                return False
+            await self._responses.put(asyncio.ensure_future(self._encode(request, complete())))
+            return True
+        await self._responses.join()
         try:
-            response = await self.handlers.handle(request)
+            parts = await self._encode(request, self.handlers.handle(request))
+        except Exception:
+            return False
+        if parts is not None:
+            await self._send(parts)
+        return True
+
+    async def _encode(self, request: Request, answer: Awaitable[Any]) -> list | None:
+        """The encoded response to ``request`` once ``answer`` gives it; None when none is sent."""
+        try:
+            response = await answer
             if response is None:
-                return True
+                return None
             # A response the version cannot carry (e.g. a null topic name before Metadata v12) fails here.
-            parts = encode_response(request.api_key, request.api_version, request.correlation_id, response)
+            return encode_response(request.api_key, request.api_version, request.correlation_id, response)
         except Exception:
             log.exception("%s v%d from %s failed", api_name(request.api_key), request.api_version, self.peer)
-            return False
-        await self._send(parts)
-        return True
+            raise
+
+    async def _write_responses(self, reader: asyncio.Task) -> None:
+        """Write produce responses in request order; a failed one closes the connection, as a failed
+        request handled alone does."""
+        while True:
+            pending = await self._responses.get()
+            try:
+                parts = await pending
+                if parts is not None:
+                    await self._send(parts)
+            except Exception:
+                reader.cancel()
+                return
+            self._responses.task_done()
 
     async def _send(self, parts: list) -> None:
         pending = bytearray()

@@ -662,6 +662,10 @@ class TwoReplicasDownProbe:
     leader: int
     killed: list[int]
     high_watermark_before: int
+    # The furthest log end the dead followers' files reached. Records below it were replicated
+    # before they died: a leader may still commit those (Kafka does when the controller drops one
+    # follower from the ISR before the other), but nothing beyond.
+    replicated_end: int
     attempts: list[tuple[ErrorCode, int]] = field(default_factory=list)  # (produce error, HW after it)
 
     @property
@@ -686,7 +690,9 @@ def kill_both_followers(cluster: FaultCluster, refusals_wanted: int = 3,
     host, port = cluster.address(leader)
     error, hw = high_watermark_of(host, port, TOPIC, 0)
     assert error == ErrorCode.none, f"ListOffsets on the leader answered {error.name}"
-    probe = TwoReplicasDownProbe(leader, followers, hw)
+    ends = [log_end_offset_on_disk(cluster.stack.processes[b].data_dir / f"{TOPIC}-0") for b in followers]
+    assert None not in ends, f"the dead followers' logs of partition 0 are unreadable: {ends}"
+    probe = TwoReplicasDownProbe(leader, followers, hw, max(ends))
     deadline = time.monotonic() + timeout_s
     refusals = 0
     while refusals < refusals_wanted and time.monotonic() < deadline:
