@@ -4,7 +4,8 @@ Start-up: create the DynamoDB tables if missing, listen, register (getting a bro
 metadata snapshot and open the replicas assigned here. Then, until stopped, four loops run:
 heartbeat (re-registering with a new epoch if the controller fenced us), metadata poll (a consistent
 read of the version item; a new version means a new snapshot), the controller role (try the lease,
-and while holding it fence stalled brokers and elect leaders), and log retention.
+and while holding it fence stalled brokers and elect leaders, at the metadata poll cadence), and log
+retention.
 pynamodb is synchronous, so every DynamoDB call runs in a worker thread, never on the event loop.
 """
 
@@ -71,8 +72,9 @@ class Broker:
         self.isr = IsrManager(self)
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
+        self._lease_renewal_due = float("-inf")
         self._catch_up: asyncio.Task | None = None
-        self._caught_up_at = float("-inf")
+        self._catch_up_started = float("-inf")
         self._stopping = False
         self.port = config.port
         self.services: list[BrokerService] = self._services()
@@ -107,7 +109,8 @@ class Broker:
             asyncio.create_task(self._every(heartbeat_s, self._heartbeat), name="heartbeat"),
             asyncio.create_task(self._every(self.config.get_int("metadata.poll.interval.ms") / 1000, self._poll_metadata),
                                 name="metadata-poll"),
-            asyncio.create_task(self._every(heartbeat_s, self._controller_duty), name="controller"),
+            asyncio.create_task(self._every(self.controller_check_interval_s(), self._controller_duty),
+                                name="controller"),
             asyncio.create_task(self._every(self.config.get_int("log.retention.check.interval.ms") / 1000,
                                             self._enforce_retention), name="retention"),
             asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, self.isr.run_once), name="isr"),
@@ -198,34 +201,49 @@ class Broker:
             await self.refresh_metadata(unless_at=version)
 
     async def catch_up_metadata(self, min_interval_s: float = CATCH_UP_INTERVAL_S) -> None:
-        """Read the metadata version now and the snapshot if it changed: called before answering that
-        a topic is unknown, since it may have been created after this broker's last poll (a client
-        that creates a topic and at once produces to it would otherwise be told it does not exist).
-        Callers within ``min_interval_s`` of the last check share it, so requests for topics that
-        do not exist cost at most one DynamoDB read per interval."""
-        check = self._start_catch_up(min_interval_s)
-        if check is not None:
-            await asyncio.shield(check)
+        """Read the metadata version, and the snapshot if it changed, in a check that starts after
+        this call: called before answering that a topic is unknown, since it may have been created
+        after this broker's last poll (a client that creates a topic and at once produces to it
+        would otherwise be told it does not exist). Callers share checks, and a check starts at
+        most once per ``min_interval_s``, so requests for topics that do not exist cost at most one
+        DynamoDB read per interval and wait at most about two intervals."""
+        loop = asyncio.get_running_loop()
+        asked_at = loop.time()
+        while not self._stopping:
+            check, started = self._catch_up, self._catch_up_started
+            if check is not None:
+                try:
+                    await asyncio.shield(check)
+                except asyncio.CancelledError:
+                    if not check.cancelled():
+                        raise  # this caller was cancelled
+                    return  # the broker is stopping
+                if started >= asked_at:
+                    return
+                continue  # it started before this call: it may have missed what the caller asks about
+            wait_s = self._catch_up_started + min_interval_s - loop.time()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+                continue
+            self._start_catch_up()
 
     def recheck_metadata_soon(self, min_interval_s: float) -> None:
-        """Start the shared version check of `catch_up_metadata` without waiting for it: replica
-        fetchers call this while their leader is gone or refusing, to learn of the new leader
-        before the next regular poll."""
-        self._start_catch_up(min_interval_s)
+        """Start the shared version check of `catch_up_metadata` without waiting for it, unless one
+        is running or started within ``min_interval_s``: replica fetchers call this while their
+        leader is gone or refusing, to learn of the new leader before the next regular poll."""
+        if self._catch_up is None and not self._stopping and (
+                asyncio.get_running_loop().time() - self._catch_up_started >= min_interval_s):
+            self._start_catch_up()
 
-    def _start_catch_up(self, min_interval_s: float) -> asyncio.Future | None:
-        """The version check running now, a new one, or None if one ended within the interval."""
-        loop = asyncio.get_running_loop()
-        if self._catch_up is None:
-            if self._stopping or loop.time() - self._caught_up_at < min_interval_s:
-                return None
-            self._catch_up = asyncio.ensure_future(self._checked_poll())
-            self._catch_up.add_done_callback(self._catch_up_done)
-        return self._catch_up
+    def _start_catch_up(self) -> asyncio.Future:
+        self._catch_up_started = asyncio.get_running_loop().time()
+        check = self._catch_up = asyncio.ensure_future(self._checked_poll())
+        check.add_done_callback(self._catch_up_done)
+        return check
 
     def _catch_up_done(self, check: asyncio.Future) -> None:
-        self._catch_up = None
-        self._caught_up_at = asyncio.get_running_loop().time()
+        if self._catch_up is check:
+            self._catch_up = None
 
     async def _checked_poll(self) -> None:
         try:
@@ -250,8 +268,28 @@ class Broker:
             self.replicas.apply(image)
             await self.fetchers.update()
 
+    def controller_check_interval_s(self) -> float:
+        """How often the controller duty runs: the metadata poll interval, at most the heartbeat interval."""
+        return min(self.config.get_int("metadata.poll.interval.ms"),
+                   self.config.get_int("broker.heartbeat.interval.ms")) / 1000
+
     async def _controller_duty(self) -> None:
-        epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id)
+        """One pass of the controller role, run every `controller_check_interval_s`.
+
+        The lease holder renews the lease once per heartbeat interval but checks broker liveness on
+        every pass, so a broker is fenced (and its partitions get new leaders) within one check
+        interval of its session running out, not one heartbeat interval. The other brokers read
+        the lease and observe heartbeats on every pass, so one takes over within a check interval
+        of the lease lapsing. In DynamoDB terms: a GetItem and a Scan of the broker table per pass
+        per broker, and one lease write per heartbeat interval.
+        """
+        loop = asyncio.get_running_loop()
+        if (self.controller is not None and self.lease.controller_epoch is not None
+                and loop.time() < self._lease_renewal_due):
+            epoch = self.lease.controller_epoch
+        else:
+            epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id)
+            self._lease_renewal_due = loop.time() + self.config.get_int("broker.heartbeat.interval.ms") / 1000
         if epoch is None:
             self.controller = None
             # Watch heartbeats while another broker holds the lease, so that on taking over this
