@@ -143,6 +143,23 @@ def client_ceiling(records: int, value_bytes: int) -> float:
     return records / elapsed
 
 
+def wait_for_quiet_brokers(stack: LocalStack, busy_cpus: float = 0.25, window_s: float = 1.0,
+                           timeout_s: float = 120.0) -> None:
+    """Wait until the brokers together use less than ``busy_cpus`` CPUs over a ``window_s`` window.
+
+    After an acks=1 run on the RF 3 topic the followers are still fetching what the leader took;
+    without this wait the next case (whichever the rotation puts there) would run against that
+    catch-up and be charged its CPU.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = broker_cpu_seconds(stack)
+        time.sleep(window_s)
+        if broker_cpu_seconds(stack) - before < busy_cpus * window_s:
+            return
+    raise BenchError(f"the brokers were still busy {timeout_s:.0f} s after a run")
+
+
 def measure_throughput(stack: LocalStack, store: MetadataStore, cases: list[tuple[int, int]],
                        runs: int) -> list[dict[str, Any]]:
     """For each (value bytes, records per run): RF 1 / acks=1 against RF 3 / acks=all, alternating."""
@@ -160,8 +177,10 @@ def measure_throughput(stack: LocalStack, store: MetadataStore, cases: list[tupl
         cpu: dict[str, list[float]] = {name: [] for name, _, _ in topics}  # broker CPU s per million records
         for run in range(runs):
             for name, topic, acks in topics[run % 3:] + topics[:run % 3]:
+                wait_for_quiet_brokers(stack)
                 cpu_before = broker_cpu_seconds(stack)
                 rates[name].append(round(produce_all(stack.bootstrap_servers, topic, acks, records, value_bytes)))
+                wait_for_quiet_brokers(stack)  # so the followers' catch-up after acks=1 counts too
                 cpu[name].append(round((broker_cpu_seconds(stack) - cpu_before) / records * 1e6, 2))
             rates["client"].append(round(client_ceiling(min(records, CEILING_RECORDS), value_bytes)))
             print(f"  {value_bytes} B run {run + 1}: rf1 {rates['rf1'][-1]:9d}  rf3 {rates['rf3'][-1]:9d}  "
