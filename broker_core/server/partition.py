@@ -20,6 +20,7 @@ from broker_core.log.config import LogConfig
 from broker_core.log.errors import CorruptCheckpointError
 from broker_core.log.partition_log import AppendInfo, PartitionLog
 from broker_core.log.producer_state import OutOfOrderSequenceError, ProducerState
+from broker_core.records.errors import RecordsError
 from broker_core.records.header import iter_headers
 
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -150,7 +151,14 @@ class Partition:
     def append_as_leader(self, records: bytes) -> AppendInfo:
         """Append a produce request's batches, answering an idempotent producer's retry with the
         offsets its batch got the first time instead of writing it again."""
-        headers = [h for _, h in iter_headers(records)]
+        try:
+            headers = [h for _, h in iter_headers(records)]
+        except RecordsError:
+            # Name the first bad batch, as Kafka does: a batch whose CRC fails is reported before a
+            # malformed one behind it (whose "header" may be the first batch's cut-off tail).
+            for _ in iter_headers(records, check_crc=True):
+                pass
+            raise
         duplicate = None
         for header in headers:
             found = self.producers.find_duplicate(header)

@@ -339,6 +339,19 @@ def test_a_refused_batch_writes_nothing_and_the_broker_stays_up(
     broker.assert_healthy()
 
 
+def test_a_shortened_batch_is_corrupt_even_when_its_tail_reads_as_a_batch_of_another_magic(broker: RawBroker) -> None:
+    # Found by the test above: with batchLength made 150 bytes short, the CRC of the first batch
+    # fails, and the 150 bytes left over start a "batch" whose magic byte is record data (7). Kafka
+    # reports the first bad batch, so CORRUPT_MESSAGE, not UNSUPPORTED_FOR_MESSAGE_FORMAT.
+    batch = bytearray(build_batch([SimpleRecord(key=None, value=b"\x07" * 300)]))
+    (length,) = struct.unpack_from(">i", batch, 8)
+    struct.pack_into(">i", batch, 8, length - 150)
+    before = broker.log_end_offset()
+    assert broker.produce(bytes(batch), SUPPORTED_VERSIONS[PRODUCE][1]) == ErrorCode.corrupt_message
+    assert broker.log_end_offset() == before
+    broker.assert_healthy()
+
+
 def test_a_frame_declaring_four_billion_topics_leaves_the_broker_up(tmp_path: Any) -> None:
     # Metadata v12 (flexible): header v2 with client id "x" and no tagged fields, then a compact array
     # of topics whose length varint says 2**32 - 2 entries.
