@@ -295,6 +295,15 @@ class CommitRequest(_Strict):
             raise ValueError("member_id and member_epoch go together")
         return self
 
+    @model_validator(mode="after")
+    def _each_partition_once(self) -> CommitRequest:
+        seen: set[tuple[str, int]] = set()
+        for offset in self.offsets:
+            if (offset.topic, offset.partition_id) in seen:
+                raise ValueError(f"topic {offset.topic!r} partition {offset.partition_id} appears more than once")
+            seen.add((offset.topic, offset.partition_id))
+        return self
+
 
 class CommittedOffset(BaseModel):
     topic: str

@@ -88,3 +88,14 @@ def test_a_group_without_members_takes_commits_without_a_member(api: HttpApi) ->
     assert api.get(f"/v1/groups/{group}/offsets").body["offsets"] == [
         {"topic": "orders", "partition_id": 3, "offset": 5, "metadata": ""}]
     assert api.get(f"/v1/groups/{group}").status == 404
+
+
+def test_a_commit_naming_a_partition_twice_is_refused_and_writes_nothing(api: HttpApi) -> None:
+    group = fresh_group()
+    twice = {"offsets": [{"topic": "orders", "partition_id": 3, "offset": 5},
+                         {"topic": "orders", "partition_id": 4, "offset": 6},
+                         {"topic": "orders", "partition_id": 3, "offset": 7}]}
+    answer = api.post(f"/v1/groups/{group}/offsets", twice)
+    assert answer.status == 422
+    assert "appears more than once" in str(answer.body)
+    assert api.get(f"/v1/groups/{group}/offsets").body["offsets"] == []
