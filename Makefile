@@ -8,7 +8,7 @@ STAMP := $(VENV)/.floe-installed
 SYSSTAMP := $(VENV)/.floe-sysdeps
 APT_PACKAGES := kcat redis-server redis-tools default-jre-headless
 
-.PHONY: test demo bench faults lint sysdeps venv clean
+.PHONY: fuzz test demo bench faults lint sysdeps venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ test: $(STAMP) $(SYSSTAMP)
 
 faults: $(STAMP) $(SYSSTAMP)
 	$(PY) -m pytest -q -m faults -p no:cacheprovider
+
+fuzz: $(STAMP) $(SYSSTAMP)
+	FLOE_HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q -m "not faults" -p no:cacheprovider
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

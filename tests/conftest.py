@@ -1,15 +1,27 @@
-"""Fixtures shared by every test: the moto server and per-test AWS settings."""
+"""Fixtures shared by every test: the moto server and per-test AWS settings; the Hypothesis profile.
+
+`make test` runs Hypothesis derandomized, so every run checks the same generated examples and a
+red CI run means a change broke something, not that a search wandered into an old bug. `make fuzz`
+runs the property and fuzz tests with fresh random examples (FLOE_HYPOTHESIS_PROFILE=explore) to
+find new ones.
+"""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from broker_core.aws import AwsSettings
 from broker_core.local_moto import MotoServer
 from tests.support.moto_server import TEST_REGION, running_moto_server
+
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("FLOE_HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(scope="session")
