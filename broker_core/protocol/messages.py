@@ -42,6 +42,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     42: (0, 2),  # DeleteGroups
 }
 
+PRODUCE_KEY = 0
 API_VERSIONS_KEY = 18
 
 

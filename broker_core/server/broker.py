@@ -235,11 +235,10 @@ class Broker:
                 asyncio.get_running_loop().time() - self._catch_up_started >= min_interval_s):
             self._start_catch_up()
 
-    def _start_catch_up(self) -> asyncio.Future:
+    def _start_catch_up(self) -> None:
         self._catch_up_started = asyncio.get_running_loop().time()
-        check = self._catch_up = asyncio.ensure_future(self._checked_poll())
-        check.add_done_callback(self._catch_up_done)
-        return check
+        self._catch_up = asyncio.ensure_future(self._checked_poll())
+        self._catch_up.add_done_callback(self._catch_up_done)
 
     def _catch_up_done(self, check: asyncio.Future) -> None:
         if self._catch_up is check:

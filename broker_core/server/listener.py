@@ -34,14 +34,13 @@ from broker_core.protocol.framing import (
     decode_request,
     encode_response,
 )
-from broker_core.protocol.messages import API_VERSIONS_KEY, api_name
+from broker_core.protocol.messages import API_VERSIONS_KEY, PRODUCE_KEY, api_name
 
 if TYPE_CHECKING:
     from .handlers import RequestHandlers
 
 log = logging.getLogger(__name__)
 RECV_BYTES = 256 * 1024
-PRODUCE_KEY = 0
 MAX_PIPELINED_PRODUCES = 16
 
 
