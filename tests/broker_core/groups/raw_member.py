@@ -22,7 +22,8 @@ LATEST = {"find": 4, "join": 9, "sync": 5, "heartbeat": 4, "leave": 5, "commit":
           "list": 4, "delete": 2}
 FIND_COORDINATOR, JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH = 10, 11, 14, 12, 13, 8, 9
 DESCRIBE, LIST, DELETE = 15, 16, 42
-NONE, MEMBER_ID_REQUIRED, NOT_COORDINATOR = 0, 79, 16
+NONE, MEMBER_ID_REQUIRED, NOT_COORDINATOR, UNKNOWN_MEMBER_ID = 0, 79, 16, 25
+RESTARTS_AFTER_LOST_PENDING_ID = 3
 RETRY_NOT_COORDINATOR_S = 10.0
 
 
@@ -109,10 +110,21 @@ class RawMember:
         return response
 
     def join(self, **kwargs: Any) -> Any:
-        """JoinGroup, answering MEMBER_ID_REQUIRED by joining again with the id given."""
-        response = self.join_once(**kwargs)
-        if response.error_code == MEMBER_ID_REQUIRED:
+        """JoinGroup, answering MEMBER_ID_REQUIRED by joining again with the id given.
+
+        As Kafka's clients do, a member that is told UNKNOWN_MEMBER_ID for the id the coordinator
+        just handed out forgets it and joins afresh: pending ids live only in the coordinator's
+        memory, so a coordinator whose lease heartbeat ran late on a loaded machine reloads the
+        group without them.
+        """
+        for _ in range(RESTARTS_AFTER_LOST_PENDING_ID):
             response = self.join_once(**kwargs)
+            if response.error_code != MEMBER_ID_REQUIRED:
+                return response
+            response = self.join_once(**kwargs)
+            if response.error_code != UNKNOWN_MEMBER_ID:
+                return response
+            self.member_id = ""
         return response
 
     def sync(self, assignments: dict[str, bytes] | None = None, generation: int | None = None) -> Any:
