@@ -1,13 +1,13 @@
 """Decode RecordBatch v2 bytes straight into Arrow columns shaped like Spark's Kafka source.
 
 This is the Spark reader's hot loop. ``broker_core.records.batch`` decodes one record at a time into
-Python objects, which is right for clients but costs microseconds per record; here only one small
-loop runs per record (walking the record-length varints to find where each record starts) and every
-field after that is decoded for all records of a group of batches at once with numpy: varints by
-gathering bytes at the start positions; keys, values and headers by describing their byte ranges as
-an Arrow view array that Arrow's C++ cast gathers into a plain binary column. The result is one
-``pyarrow.RecordBatch`` per group, with the column types Spark's Arrow conversion expects for key,
-value, topic, partition, offset, timestamp, timestampType and (when asked for) headers.
+Python objects, which is right for clients but costs microseconds per record. Here Python only
+frames batches (headers, CRCs, decompression) and joins a group of them into one buffer; the
+per-record work runs in the numba-compiled loops of ``emr_jobs.record_kernels``: one pass checks
+every record and notes where each wanted record's fields lie, then keys, values and headers are
+copied into the buffers of plain Arrow binary columns. The result is one ``pyarrow.RecordBatch``
+per group, with the column types Spark's Arrow conversion expects for key, value, topic,
+partition, offset, timestamp, timestampType and (when asked for) headers.
 
 Semantics are those of a Kafka consumer reading uncommitted data: control batches (transaction
 markers) are skipped, a LogAppendTime batch gives every record the batch's maxTimestamp, and only
@@ -38,7 +38,9 @@ from broker_core.records.header import (
     parse_header,
     verify_crc,
 )
+from broker_core.records.varint import decode_varint
 from emr_jobs.errors import CorruptSegmentError
+from emr_jobs.record_kernels import BAD_FIELDS, BAD_LENGTHS, gather, gather_headers, scan_records
 
 # Arrow types of the columns, as pyspark's to_arrow_schema gives them for the Kafka source schema.
 HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
@@ -60,11 +62,7 @@ HEADERS_FIELD = pa.field("headers", HEADERS_TYPE)
 GROUP_MAX_RECORDS = 32_768
 GROUP_MAX_BYTES = 16 * 1024 * 1024
 
-_VIEW_INLINE_BYTES = 12  # Arrow view arrays hold values of up to 12 bytes inline
-# Lets a varint read, or the read of a value's first 12 bytes, run past the last record unchecked.
-_BUFFER_PADDING = bytes(16)
 _MAX_VARINT_BYTES = 5
-_MAX_VARLONG_BYTES = 10
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -174,54 +172,7 @@ def _record_error(object_key: str, section: _Section, index: int, section_offset
     )
 
 
-def _find_record_starts(
-    data: bytearray, begin: int, end: int, section: _Section, object_key: str, starts: list[int]
-) -> None:
-    """Append where each record of the section at ``data[begin:end]`` starts: the one per-record Python loop.
-
-    Record lengths of 1 and 2 varint bytes (records up to 8 KiB) are decoded inline; sanity is
-    checked once after the loop (no odd zigzag, that is no negative length, and the records end
-    exactly where the section does), and only then, to name the culprit, record by record.
-    """
-    append = starts.append
-    position = begin
-    odd = 0
-    try:
-        for _ in range(section.header.records_count):
-            append(position)
-            byte = data[position]
-            if byte < 0x80:
-                position += 1 + (byte >> 1)
-                odd |= byte
-                continue
-            following = data[position + 1]
-            if following < 0x80:
-                zigzag = (byte & 0x7F) | (following << 7)
-                position += 2
-            else:
-                zigzag, position = _long_length(data, position)
-            position += zigzag >> 1
-            odd |= zigzag
-    except IndexError:
-        odd = 1
-    if odd & 1 or position != end:
-        _raise_for_bad_lengths(data, begin, end, section, object_key)
-
-
-def _long_length(data: bytearray, position: int) -> tuple[int, int]:
-    """A record-length varint of three or more bytes: (zigzag value, position after it); odd if too long."""
-    zigzag, shift = 0, 0
-    while shift < 7 * _MAX_VARINT_BYTES:
-        byte = data[position]
-        position += 1
-        zigzag |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return zigzag, position
-        shift += 7
-    return 1, position
-
-
-def _raise_for_bad_lengths(data: bytearray, begin: int, end: int, section: _Section, object_key: str) -> None:
+def _raise_for_bad_lengths(data: memoryview, begin: int, end: int, section: _Section, object_key: str) -> None:
     """Walk the record lengths of a section that failed the fast walk, and raise for the first bad one."""
     position = begin
     for index in range(section.header.records_count):
@@ -250,197 +201,138 @@ def _raise_for_bad_lengths(data: bytearray, begin: int, end: int, section: _Sect
     )
 
 
-def _varints(buf: np.ndarray, positions: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Zigzag varints at ``positions``: (values, positions after them, True where one is too long)."""
-    byte = buf[positions]
-    raw = (byte & 0x7F).astype(np.uint64)
-    size = np.ones(len(positions), dtype=np.int64)
-    more = np.flatnonzero(byte & 0x80)
-    too_long = np.zeros(len(positions), dtype=bool)
-    shift = np.uint64(7)
-    while more.size:
-        if shift >= 7 * max_bytes:
-            too_long[more] = True
-            break
-        byte = buf[positions[more] + size[more]]
-        raw[more] |= (byte & 0x7F).astype(np.uint64) << shift
-        size[more] += 1
-        more = more[(byte & 0x80) != 0]
-        shift += np.uint64(7)
-    values = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
-    return values, positions + size, too_long
-
-
-def _binary_column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
-    """A binary (or string) column of the byte ranges ``buf[start : start + length]``; a length of -1 is null.
-
-    The ranges are first described as an Arrow view array (binary_view / string_view: per element
-    its length, first bytes, buffer and offset, values of up to 12 bytes inline) over ``buf``, built
-    with a few numpy operations; Arrow's cast to the plain type then gathers the bytes in C++.
-    """
-    count = len(lengths)
-    present = lengths >= 0
-    sizes = np.where(present, lengths, 0).astype(np.int32)
-    views = np.zeros((count, 4), dtype=np.int32)  # length, then prefix / buffer index / offset, or 12 inline bytes
-    views[:, 0] = sizes
-    # Rows of a 12-byte window sliding over buf (buf is padded, so none runs off its end): one 12-byte
-    # gather per value, not a gather through a 12-column matrix of indices.
-    windows = np.lib.stride_tricks.as_strided(
-        buf, shape=(len(buf) - _VIEW_INLINE_BYTES + 1, _VIEW_INLINE_BYTES), strides=(1, 1), writeable=False
-    )
-    leading = windows[starts]
-    short = sizes <= _VIEW_INLINE_BYTES
-    leading[short] *= np.arange(_VIEW_INLINE_BYTES) < sizes[short, None]  # inline values are zero-padded
-    views[:, 1:] = leading.view(np.int32)
-    long_rows = ~short
-    views[long_rows, 2] = 0
-    views[long_rows, 3] = starts[long_rows]
-    null_count = count - int(np.count_nonzero(present))
-    validity = pa.py_buffer(np.packbits(present, bitorder="little")) if null_count else None
-    view_type = pa.string_view() if arrow_type == pa.string() else pa.binary_view()
-    viewed = pa.Array.from_buffers(
-        view_type, count, [validity, pa.py_buffer(views), pa.py_buffer(buf)], null_count=null_count
-    )
-    return viewed.cast(arrow_type)
-
-
 def _decode_group(group: list[_Section], records: RecordRange, object_key: str) -> pa.RecordBatch:
-    # One buffer for the whole group, sized up front (the padding stays zero), each section copied once.
-    joined = bytearray(sum(len(section.data) for section in group) + len(_BUFFER_PADDING))
-    section_begins = []
-    starts: list[int] = []
+    # One buffer for the whole group, sized up front, each section copied once.
+    buf, joined_buffer = _pool_array(sum(len(section.data) for section in group), np.uint8)
+    joined = memoryview(joined_buffer).cast("B")
+    begins = np.empty(len(group), dtype=np.int64)
+    ends = np.empty(len(group), dtype=np.int64)
     begin = 0
-    for section in group:
+    for index, section in enumerate(group):
         end = begin + len(section.data)
-        section_begins.append(begin)
         joined[begin:end] = section.data
-        _find_record_starts(joined, begin, end, section, object_key, starts)
+        begins[index], ends[index] = begin, end
         begin = end
-    buf = np.frombuffer(joined, dtype=np.uint8)
-    counts = np.array([section.header.records_count for section in group], dtype=np.int64)
-    rows = len(starts)
-    record_starts = np.array(starts, dtype=np.int64)
-    section_of = np.repeat(np.arange(len(group)), counts)
-
-    length, position, bad = _varints(buf, record_starts, _MAX_VARINT_BYTES)
-    record_end = position + length  # _find_record_starts checked that every record ends inside its section
-    position = position + 1  # attributes: unused by every message format so far
-    timestamp_delta, position, too_long = _varints(buf, np.minimum(position, record_end), _MAX_VARLONG_BYTES)
-    bad |= too_long
-    offset_delta, position, too_long = _varints(buf, np.minimum(position, record_end), _MAX_VARINT_BYTES)
-    bad |= too_long
-    key_length, position, too_long = _varints(buf, np.minimum(position, record_end), _MAX_VARINT_BYTES)
-    bad |= too_long | (key_length < -1)
-    key_start = position
-    position = position + np.maximum(key_length, 0)
-    value_length, position, too_long = _varints(buf, np.minimum(position, record_end), _MAX_VARINT_BYTES)
-    bad |= too_long | (value_length < -1)
-    value_start = position
-    position = position + np.maximum(value_length, 0)
-    bad |= position > record_end
-    position = np.minimum(position, record_end)
-    if records.include_headers:
-        headers, position, header_bad = _decode_headers(buf, position, record_end)
-        bad |= header_bad | (position != record_end)
-    else:
-        # The headers are not wanted: the record length already says where the record ends and the
-        # batch CRC vouches for the bytes, so only the header count is looked at.
-        header_count, position, too_long = _varints(buf, position, _MAX_VARINT_BYTES)
-        bad |= too_long | (header_count < 0) | (position > record_end)
-        bad |= (header_count == 0) & (position != record_end)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        index = int(section_of[first])
-        index_in_section = first - int(counts[:index].sum())
-        raise _record_error(
-            object_key,
-            group[index],
-            index_in_section,
-            int(record_starts[first]) - section_begins[index],
-            "its fields do not fit its length (bad varint, negative or overlong key, value or header)",
-        )
-
     headers_of = [section.header for section in group]
-    offsets = np.array([h.base_offset for h in headers_of], dtype=np.int64)[section_of] + offset_delta
-    timestamps = np.array([h.base_timestamp for h in headers_of], dtype=np.int64)[section_of] + timestamp_delta
-    log_append = np.array([h.timestamp_type is TimestampType.LOG_APPEND_TIME for h in headers_of])[section_of]
-    if log_append.any():
-        max_timestamps = np.array([h.max_timestamp for h in headers_of], dtype=np.int64)[section_of]
-        timestamps = np.where(log_append, max_timestamps, timestamps)
+    counts = np.array([h.records_count for h in headers_of], dtype=np.int64)
+    total = int(counts.sum())
+    offsets = np.empty(total, dtype=np.int64)
+    timestamps = np.empty(total, dtype=np.int64)
+    timestamp_types = np.empty(total, dtype=np.int32)
+    key_starts, key_lengths, value_starts, value_lengths, header_starts, header_counts = (
+        np.empty(total, dtype=np.int64) for _ in range(6))
+    verdict, rows, key_bytes, value_bytes, header_total, bad_section, bad_record, bad_position = scan_records(
+        buf, begins, ends, counts,
+        np.array([h.base_offset for h in headers_of], dtype=np.int64),
+        np.array([h.base_timestamp for h in headers_of], dtype=np.int64),
+        np.array([h.max_timestamp for h in headers_of], dtype=np.int64),
+        np.array([h.timestamp_type is TimestampType.LOG_APPEND_TIME for h in headers_of], dtype=np.bool_),
+        records.start_offset, records.end_offset, records.include_headers,
+        offsets, timestamps, timestamp_types, key_starts, key_lengths, value_starts, value_lengths,
+        header_starts, header_counts)
+    if verdict == BAD_LENGTHS:
+        _raise_for_bad_lengths(joined, int(begins[bad_section]), int(ends[bad_section]), group[bad_section], object_key)
+    if verdict == BAD_FIELDS:
+        raise _fields_error(object_key, group[bad_section], bad_record, bad_position - int(begins[bad_section]))
     columns = [
-        _binary_column(buf, key_start, key_length, pa.binary()),
-        _binary_column(buf, value_start, value_length, pa.binary()),
+        _binary_column(buf, key_starts, key_lengths, rows, key_bytes, pa.binary()),
+        _binary_column(buf, value_starts, value_lengths, rows, value_bytes, pa.binary()),
         pa.repeat(pa.scalar(records.topic, pa.string()), rows),
         pa.array(np.full(rows, records.partition, dtype=np.int32)),
-        pa.array(offsets),
-        pa.array(timestamps * 1000).view(pa.timestamp("us", tz="UTC")),
-        pa.array(log_append.astype(np.int32)),
+        pa.array(offsets[:rows]),
+        pa.array(timestamps[:rows]).view(pa.timestamp("us", tz="UTC")),
+        pa.array(timestamp_types[:rows]),
     ]
     if records.include_headers:
-        columns.append(headers)
-    batch = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(records.include_headers))
-    wanted = (offsets >= records.start_offset) & (offsets < records.end_offset)
-    if not wanted.all():
-        batch = batch.filter(pa.array(wanted))
-    return batch
+        column, bad_row = _headers_column(buf, header_starts[:rows], header_counts[:rows], header_total)
+        if bad_row is not None:
+            # header keys are UTF-8 strings, as Kafka's Header.key()
+            start = int(key_starts[bad_row])  # inside the record, so inside its section
+            index = int(np.searchsorted(begins, start, side="right")) - 1
+            record, record_start = _record_holding(joined, int(begins[index]), start)
+            raise _fields_error(object_key, group[index], record, record_start - int(begins[index]),
+                                "a header key that is not UTF-8")
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(records.include_headers))
 
 
-def _decode_headers(
-    buf: np.ndarray, position: np.ndarray, record_end: np.ndarray
-) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """The headers column (null where a record has none, as Spark's Kafka source), the positions after
-    the headers, and which records are malformed."""
-    header_count, position, bad = _varints(buf, position, _MAX_VARINT_BYTES)
-    # Each header takes at least two bytes, which bounds the loop below even for corrupt counts.
-    bad |= (header_count < 0) | (header_count > (record_end - position) // 2)
-    header_count = np.where(bad, 0, header_count)
-    list_offsets = np.zeros(len(header_count) + 1, dtype=np.int32)
-    np.cumsum(header_count, out=list_offsets[1:])
-    total = int(list_offsets[-1])
-    key_starts = np.zeros(total, dtype=np.int64)
-    key_lengths = np.zeros(total, dtype=np.int64)
-    value_starts = np.zeros(total, dtype=np.int64)
-    value_lengths = np.zeros(total, dtype=np.int64)
-    position = np.minimum(position, record_end)
-    for number in range(int(header_count.max(initial=0))):
-        having = np.flatnonzero(header_count > number)
-        slot = list_offsets[having] + number
-        key_length, at, too_long = _varints(buf, position[having], _MAX_VARINT_BYTES)
-        bad[having] |= too_long | (key_length < 0)
-        key_starts[slot] = at
-        key_lengths[slot] = np.maximum(key_length, 0)
-        at = np.minimum(at + np.maximum(key_length, 0), record_end[having])
-        value_length, at, too_long = _varints(buf, at, _MAX_VARINT_BYTES)
-        bad[having] |= too_long | (value_length < -1)
-        value_starts[slot] = at
-        value_lengths[slot] = value_length
-        end = at + np.maximum(value_length, 0)
-        bad[having] |= end > record_end[having]
-        position[having] = np.minimum(end, record_end[having])
-    if bad.any():
-        return pa.nulls(len(header_count), HEADERS_TYPE), position, bad
-    keys = _binary_column(buf, key_starts, key_lengths, pa.string())
+def _fields_error(object_key: str, section: _Section, index: int, section_offset: int,
+                  reason: str = "its fields do not fit its length (bad varint, negative or overlong key, value or header)",
+                  ) -> CorruptSegmentError:
+    return _record_error(object_key, section, index, section_offset, reason)
+
+
+def _record_holding(data: memoryview, begin: int, position: int) -> tuple[int, int]:
+    """(index, start) of the record, among those starting at ``begin``, that holds byte ``position``."""
+    index, start = 0, begin
+    while True:
+        length, at = decode_varint(data, start)  # the lengths were checked before any header was read
+        end = at + length
+        if position < end:
+            return index, start
+        index, start = index + 1, end
+
+
+def _validity(present: np.ndarray) -> tuple[pa.Buffer | None, int]:
+    null_count = len(present) - int(np.count_nonzero(present))
+    return (pa.py_buffer(np.packbits(present, bitorder="little")) if null_count else None), null_count
+
+
+def _binary_column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, rows: int, size: int,
+                   arrow_type: pa.DataType) -> pa.Array:
+    """A binary column of the byte ranges ``buf[start : start + length]`` of the first ``rows`` rows,
+    ``size`` bytes in all; a length of -1 is null."""
+    value_offsets, offsets_buffer = _pool_array(rows + 1, np.int32)
+    data, data_buffer = _pool_array(size, np.uint8)
+    gather(buf, starts, lengths, rows, value_offsets, data)
+    validity, null_count = _validity(lengths[:rows] >= 0)
+    return pa.Array.from_buffers(arrow_type, rows, [validity, offsets_buffer, data_buffer], null_count=null_count)
+
+
+def _pool_array(count: int, dtype: type[np.generic]) -> tuple[np.ndarray, pa.Buffer]:
+    """An uninitialised numpy array over a buffer from Arrow's memory pool, and that buffer.
+
+    The pool (mimalloc or jemalloc) hands freed memory out again, where fresh numpy allocations of
+    this size are new pages from the kernel: a page fault and zeroing per 4 KiB written."""
+    buffer = pa.allocate_buffer(count * np.dtype(dtype).itemsize)
+    return np.frombuffer(buffer, dtype=dtype), buffer
+
+
+def _headers_column(buf: np.ndarray, header_starts: np.ndarray, header_counts: np.ndarray,
+                    total: int) -> tuple[pa.Array, int | None]:
+    """The headers column (null where a record has none, as Spark's Kafka source), or the row whose
+    headers hold a key that is not UTF-8."""
+    rows = len(header_counts)
+    list_offsets = np.empty(rows + 1, dtype=np.int32)
+    key_offsets = np.empty(total + 1, dtype=np.int32)
+    value_offsets = np.empty(total + 1, dtype=np.int32)
+    value_lengths = np.empty(total, dtype=np.int64)
+    key_data = np.empty(len(buf), dtype=np.uint8)
+    value_data = np.empty(len(buf), dtype=np.uint8)
+    gather_headers(buf, header_starts, header_counts, rows, list_offsets, key_offsets, key_data, value_offsets,
+                   value_lengths, value_data)
+    keys = pa.Array.from_buffers(pa.string(), total, [None, pa.py_buffer(key_offsets),
+                                                      pa.py_buffer(key_data[: key_offsets[-1]])])
     try:
-        keys.validate(full=True)  # header keys are UTF-8 strings, as Kafka's Header.key()
+        keys.validate(full=True)
     except pa.ArrowInvalid:
-        entry = next(i for i, (s, n) in enumerate(zip(key_starts, key_lengths, strict=True)) if not _is_utf8(buf, s, n))
-        record = int(np.searchsorted(list_offsets, entry, side="right")) - 1
-        bad[record] = True
-        return pa.nulls(len(header_count), HEADERS_TYPE), position, bad
-    values = _binary_column(buf, value_starts, value_lengths, pa.binary())
+        raw = keys.view(pa.binary()).to_pylist()
+        entry = next(i for i, key in enumerate(raw) if not _is_utf8(key))
+        return pa.nulls(rows, HEADERS_TYPE), int(np.searchsorted(list_offsets, entry, side="right")) - 1
+    validity, null_count = _validity(value_lengths >= 0)
+    values = pa.Array.from_buffers(pa.binary(), total, [validity, pa.py_buffer(value_offsets),
+                                                         pa.py_buffer(value_data[: value_offsets[-1]])],
+                                   null_count=null_count)
     entries = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_STRUCT))
-    has_headers = header_count > 0
-    null_count = len(header_count) - int(np.count_nonzero(has_headers))
-    validity = pa.py_buffer(np.packbits(has_headers, bitorder="little")) if null_count else None
-    column = pa.Array.from_buffers(
-        HEADERS_TYPE, len(header_count), [validity, pa.py_buffer(list_offsets)], null_count=null_count, children=[entries]
-    )
-    return column, position, bad
+    validity, null_count = _validity(header_counts > 0)
+    column = pa.Array.from_buffers(HEADERS_TYPE, rows, [validity, pa.py_buffer(list_offsets)], null_count=null_count,
+                                   children=[entries])
+    return column, None
 
 
-def _is_utf8(buf: np.ndarray, start: int, length: int) -> bool:
+def _is_utf8(raw: bytes) -> bool:
     try:
-        buf[start : start + length].tobytes().decode("utf-8")
+        raw.decode("utf-8")
     except UnicodeDecodeError:
         return False
     return True

@@ -56,6 +56,7 @@ class FloeReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
+        prepare_python_worker()
         options = self.options
         remote.use_local_stack_credentials(options)
         settings = options.aws

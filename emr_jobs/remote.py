@@ -56,15 +56,28 @@ def s3_client(settings: AwsSettings) -> Any:
     return boto3.session.Session().client("s3", config=_S3_CONFIG, **settings.boto3_kwargs())
 
 
+@functools.lru_cache(maxsize=8)
+def metadata_store(settings: AwsSettings) -> MetadataStore:
+    """The process's MetadataStore for ``settings``: Spark reuses the planner's Python worker from scan
+    to scan, and making the store's DynamoDB client costs about 70 ms of CPU."""
+    return MetadataStore(settings)
+
+
+@functools.lru_cache(maxsize=8)
+def manifest_store(settings: AwsSettings) -> ManifestStore:
+    """The process's ManifestStore for ``settings`` (see metadata_store)."""
+    return ManifestStore(settings)
+
+
 def topic_partitions(settings: AwsSettings, topic: str) -> tuple[str, int]:
     """(topic id, partition count) of ``topic``; raises broker_core's UnknownTopicError if it does not exist."""
-    description = MetadataStore(settings).get_topic(topic)
+    description = metadata_store(settings).get_topic(topic)
     return description.topic_id, description.num_partitions
 
 
 def committed_segments(settings: AwsSettings, topic_id: str, partitions: Sequence[int]) -> dict[int, list[RemoteSegment]]:
     """The COPY_FINISHED segments of each partition, by increasing base offset."""
-    manifest = ManifestStore(settings)
+    manifest = manifest_store(settings)
     return {partition: manifest.list_segments(topic_id, partition) for partition in partitions}
 
 

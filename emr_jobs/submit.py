@@ -9,7 +9,7 @@ Three steps, each a subcommand::
         -- --topic clicks --bucket my-floe-bucket --table-prefix floe- --output s3://my-lake/clicks
 
 ``package`` builds a fresh virtual environment holding this project and what its Spark reader
-needs at run time (the project's own dependencies, pyarrow and numpy; not pyspark, which EMR
+needs at run time (the project's own dependencies, pyarrow, numpy and numba; not pyspark, which EMR
 provides) and packs it with venv-pack into a relocatable tar.gz. Build it with the Python version
 and on the platform (Amazon Linux 2023, same CPU architecture) of the EMR Serverless workers.
 ``create-application`` creates a Spark application on release ``emr-spark-8.0.0`` (Spark 4.0, the
@@ -44,7 +44,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ENTRY_POINT = Path(__file__).resolve().parent / "jobs" / "topic_to_parquet.py"
 _NOT_SOURCES = (".*", "build", "dist", "*.egg-info", "__pycache__", "tests", "bench", "spark-warehouse")
 # Of the spark extra, what executors need besides the project's own dependencies.
-RUNTIME_EXTRAS = ("pyarrow", "numpy")
+RUNTIME_EXTRAS = ("pyarrow", "numpy", "numba")
 
 
 class SubmitError(RuntimeError):

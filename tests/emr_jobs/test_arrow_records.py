@@ -19,6 +19,7 @@ from broker_core.records import (
     build_control_batch,
     iter_batches,
 )
+from broker_core.records.errors import RecordsError
 from broker_core.records.header import CRC_OFFSET, compute_crc
 from emr_jobs.arrow_records import RecordRange, arrow_schema, iter_arrow_batches
 from emr_jobs.errors import CorruptSegmentError
@@ -259,3 +260,34 @@ def test_a_bad_record_in_a_compressed_batch_names_its_place_in_the_decompressed_
     with pytest.raises(CorruptSegmentError, match="at byte 8 of the decompressed records") as raised:
         decode([recrc(header + payload)])
     assert raised.value.position == 61
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    records=records_strategy,
+    edits=st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=255)), min_size=1, max_size=4),
+    include_headers=st.booleans(),
+)
+def test_records_mangled_behind_a_valid_crc_decode_as_the_reference_codec_does_or_are_an_error(
+        records, edits, include_headers) -> None:
+    """The native record walk must bound every read by the bytes it was given: bytes that pass the CRC
+    but whose varints, lengths or headers lie give the reference codec's rows or a CorruptSegmentError,
+    never a crash or other rows."""
+    batch = bytearray(build_batch(records))
+    for at, byte in edits:
+        batch[61 + at % (len(batch) - 61)] = byte
+    data = recrc(batch)
+    try:
+        expected = reference_rows(data)
+    except RecordsError:
+        expected = None
+    try:
+        got = rows_of(decode([data], include_headers=include_headers))
+    except CorruptSegmentError:
+        return
+    if expected is None:
+        # Without headers wanted only their count is read, so bytes the reference codec refuses for
+        # their headers alone may still give rows; with headers wanted every byte is checked.
+        assert not include_headers
+        return
+    assert got == (expected if include_headers else [row[:5] + (None,) for row in expected])

@@ -67,7 +67,7 @@ def test_the_archive_unpacks_into_a_python_whose_own_site_packages_hold_floe(arc
 
 def test_executors_get_the_readers_runtime_dependencies_but_not_pyspark() -> None:
     names = [r.split(">")[0].split("<")[0].split("=")[0] for r in runtime_requirements()]
-    assert names == ["pyarrow", "numpy"]
+    assert names == ["pyarrow", "numpy", "numba"]
 
 
 def test_a_job_run_uploads_its_files_and_asks_for_the_environment(aws_settings: AwsSettings, tmp_path: Path) -> None:
