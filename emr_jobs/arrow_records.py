@@ -57,8 +57,8 @@ ARROW_FIELDS = [
 HEADERS_FIELD = pa.field("headers", HEADERS_TYPE)
 
 # A group of batches is decoded together until it holds this many records or decompressed bytes:
-# large enough that numpy's per-call cost disappears, small enough to bound a Python worker's memory
-# and to keep Arrow's 32-bit binary offsets far from overflowing.
+# large enough that the per-call costs of the native walk and of Arrow disappear, small enough to
+# bound a Python worker's memory and to keep Arrow's 32-bit binary offsets far from overflowing.
 GROUP_MAX_RECORDS = 32_768
 GROUP_MAX_BYTES = 16 * 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""The vectorized decoder gives exactly the records the reference codec gives, as Arrow, and names bad bytes."""
+"""The native (numba) decoder gives exactly the records the reference codec gives, as Arrow, and names bad bytes."""
 
 from __future__ import annotations
 
