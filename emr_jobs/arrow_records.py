@@ -17,7 +17,7 @@ bad bytes raise CorruptSegmentError naming the segment's object key and the byte
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,15 +32,23 @@ from broker_core.records.errors import (
 )
 from broker_core.records.header import (
     HEADER_SIZE,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
     BatchHeader,
     Compression,
     TimestampType,
     parse_header,
     verify_crc,
 )
-from broker_core.records.varint import decode_varint
 from emr_jobs.errors import CorruptSegmentError
-from emr_jobs.record_kernels import BAD_FIELDS, BAD_LENGTHS, gather, gather_headers, scan_records
+from emr_jobs.record_kernels import (
+    BAD_FIELDS,
+    BAD_HEADER_KEY,
+    BAD_LENGTHS,
+    gather,
+    gather_headers,
+    scan_records,
+)
 
 # Arrow types of the columns, as pyspark's to_arrow_schema gives them for the Kafka source schema.
 HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
@@ -83,11 +91,40 @@ class RecordRange:
 
 @dataclass(frozen=True, slots=True)
 class _Section:
-    """One batch's records section, ready to decode: its header, where the batch starts, its bytes."""
+    """One batch's records section, ready to decode: its header, where the batch starts, its bytes.
+
+    An uncompressed section's bytes are ``source[start : start + len(data)]`` of the chunk it was
+    read in; a decompressed one's are its own (``source`` None).
+    """
 
     header: BatchHeader
     position: int  # of the batch in its segment
     data: bytes | memoryview
+    source: bytes | None
+    start: int
+
+
+class _Group:
+    """Sections decoded together into one Arrow batch. While all of them lie uncompressed in one
+    chunk, they are decoded in place there; otherwise their bytes are first joined."""
+
+    def __init__(self) -> None:
+        self.sections: list[_Section] = []
+        self.records = self.bytes = 0
+        self.source: bytes | None = None  # the one chunk every section lies in, if there is one
+
+    def takes_in_place(self, section: _Section) -> bool:
+        """Whether adding ``section`` keeps an in-place group in place (an empty group takes any)."""
+        return not self.sections or self.source is None or section.source is self.source
+
+    def add(self, section: _Section) -> None:
+        self.source = section.source if not self.sections or section.source is self.source else None
+        self.sections.append(section)
+        self.records += section.header.records_count
+        self.bytes += len(section.data)
+
+    def full(self) -> bool:
+        return self.records >= GROUP_MAX_RECORDS or self.bytes >= GROUP_MAX_BYTES
 
 
 def iter_arrow_batches(
@@ -99,47 +136,92 @@ def iter_arrow_batches(
     object ``object_key``, at byte ``stream_position``, and end at one. Iteration stops early once a
     batch reaches ``end_offset``. Bad bytes raise CorruptSegmentError with the byte position in the
     segment.
+
+    Batches are read where they lie in their chunk; only a batch cut by a chunk's end is copied,
+    together with as much of the next chunk as it needs.
     """
-    group: list[_Section] = []
-    group_records = group_bytes = 0
-    pending = b""
+    reader = _StreamReader(records, object_key)
+    pending = b""  # the start of a batch cut by the previous chunk's end
     pending_position = stream_position  # segment position of pending[0]
     for chunk in chunks:
-        buffer = pending + chunk if pending else chunk
+        chunk_position = pending_position + len(pending)  # segment position of chunk[0]
         cursor = 0
-        while True:
-            try:
-                header = parse_header(buffer, cursor)
-            except TruncatedBatchError:
-                break
-            except RecordsError as error:
-                raise _segment_error(object_key, pending_position, error) from error
-            if header.base_offset >= records.end_offset:
-                if group:
-                    yield _decode_group(group, records, object_key)
+        if pending:
+            needed = _bytes_to_finish(pending, chunk)
+            if needed is None:
+                pending += chunk
+                continue
+            yield from reader.read(pending + chunk[:needed], 0, pending_position)
+            if reader.finished:
                 return
-            if header.last_offset >= records.start_offset and not header.is_control and header.records_count:
-                try:
-                    verify_crc(buffer, header, cursor)
-                except CorruptCrcError as error:
-                    raise _segment_error(object_key, pending_position, error) from error
-                section = _section(buffer, cursor, header, pending_position + cursor, object_key)
-                group.append(section)
-                group_records += header.records_count
-                group_bytes += len(section.data)
-                if group_records >= GROUP_MAX_RECORDS or group_bytes >= GROUP_MAX_BYTES:
-                    yield _decode_group(group, records, object_key)
-                    group, group_records, group_bytes = [], 0, 0
-            cursor += header.size
-        pending = bytes(buffer[cursor:])
-        pending_position += cursor
+            cursor = needed
+        cursor = yield from reader.read(chunk, cursor, chunk_position)
+        if reader.finished:
+            return
+        pending = bytes(memoryview(chunk)[cursor:])
+        pending_position = chunk_position + cursor
     if pending:
         try:
             parse_header(pending, 0)
         except RecordsError as error:
             raise _segment_error(object_key, pending_position, error) from error
-    if group:
-        yield _decode_group(group, records, object_key)
+    yield from reader.flush()
+
+
+def _bytes_to_finish(pending: bytes, chunk: bytes) -> int | None:
+    """How many bytes at the start of ``chunk`` complete the batch that ``pending`` starts, or None
+    if ``chunk`` is too short. A length too small for a batch asks for a whole batch header, for
+    parse_header to refuse."""
+    head = pending if len(pending) >= LOG_OVERHEAD else pending + chunk[: LOG_OVERHEAD - len(pending)]
+    if len(head) < LOG_OVERHEAD:
+        return None
+    size = LOG_OVERHEAD + int.from_bytes(head[LENGTH_OFFSET:LOG_OVERHEAD], "big", signed=True)
+    needed = max(size, HEADER_SIZE) - len(pending)
+    return needed if needed <= len(chunk) else None
+
+
+class _StreamReader:
+    """Turns the batches of the buffers it is given, in stream order, into Arrow batches."""
+
+    def __init__(self, records: RecordRange, object_key: str) -> None:
+        self.records = records
+        self.object_key = object_key
+        self.group = _Group()
+        self.finished = False  # a batch at or past end_offset was reached
+
+    def read(self, buffer: bytes, cursor: int, buffer_position: int) -> Generator[pa.RecordBatch, None, int]:
+        """Yield what the whole batches of ``buffer`` from ``cursor`` on complete; return where the
+        first incomplete batch starts (``buffer`` starts at segment position ``buffer_position``)."""
+        records, object_key = self.records, self.object_key
+        while True:
+            try:
+                header = parse_header(buffer, cursor)
+            except TruncatedBatchError:
+                return cursor
+            except RecordsError as error:
+                raise _segment_error(object_key, buffer_position, error) from error
+            if header.base_offset >= records.end_offset:
+                self.finished = True
+                yield from self.flush()
+                return cursor
+            if header.last_offset >= records.start_offset and not header.is_control and header.records_count:
+                try:
+                    verify_crc(buffer, header, cursor)
+                except CorruptCrcError as error:
+                    raise _segment_error(object_key, buffer_position, error) from error
+                section = _section(buffer, cursor, header, buffer_position + cursor, object_key)
+                if not self.group.takes_in_place(section):
+                    yield from self.flush()
+                self.group.add(section)
+                if self.group.full():
+                    yield from self.flush()
+            cursor += header.size
+
+    def flush(self) -> Iterator[pa.RecordBatch]:
+        """The Arrow batch of the sections gathered so far, if any."""
+        if self.group.sections:
+            group, self.group = self.group, _Group()
+            yield _decode_group(group, self.records, self.object_key)
 
 
 def _segment_error(object_key: str, buffer_position: int, error: RecordsError) -> CorruptSegmentError:
@@ -149,13 +231,14 @@ def _segment_error(object_key: str, buffer_position: int, error: RecordsError) -
 
 
 def _section(buffer: bytes, cursor: int, header: BatchHeader, position: int, object_key: str) -> _Section:
-    data: bytes | memoryview = memoryview(buffer)[cursor + HEADER_SIZE : cursor + header.size]
-    if header.compression is not Compression.NONE:
-        try:
-            data = decompress(header.compression, data)
-        except CorruptCompressionError as error:
-            raise _segment_error(object_key, position + HEADER_SIZE, error) from error
-    return _Section(header, position, data)
+    start = cursor + HEADER_SIZE
+    data: bytes | memoryview = memoryview(buffer)[start : cursor + header.size]
+    if header.compression is Compression.NONE:
+        return _Section(header, position, data, buffer, start)
+    try:
+        return _Section(header, position, decompress(header.compression, data), None, 0)
+    except CorruptCompressionError as error:
+        raise _segment_error(object_key, position + HEADER_SIZE, error) from error
 
 
 def _record_error(object_key: str, section: _Section, index: int, section_offset: int, reason: str) -> CorruptSegmentError:
@@ -201,18 +284,26 @@ def _raise_for_bad_lengths(data: memoryview, begin: int, end: int, section: _Sec
     )
 
 
-def _decode_group(group: list[_Section], records: RecordRange, object_key: str) -> pa.RecordBatch:
-    # One buffer for the whole group, sized up front, each section copied once.
-    buf, joined_buffer = _pool_array(sum(len(section.data) for section in group), np.uint8)
-    joined = memoryview(joined_buffer).cast("B")
+def _decode_group(sections: _Group, records: RecordRange, object_key: str) -> pa.RecordBatch:
+    group = sections.sections
     begins = np.empty(len(group), dtype=np.int64)
     ends = np.empty(len(group), dtype=np.int64)
-    begin = 0
-    for index, section in enumerate(group):
-        end = begin + len(section.data)
-        joined[begin:end] = section.data
-        begins[index], ends[index] = begin, end
-        begin = end
+    if sections.source is not None:
+        # Every section lies uncompressed in one chunk: decode them there.
+        joined = memoryview(sections.source).cast("B")
+        buf = np.frombuffer(joined, dtype=np.uint8)
+        for index, section in enumerate(group):
+            begins[index], ends[index] = section.start, section.start + len(section.data)
+    else:
+        # One buffer for the whole group, sized up front, each section copied once.
+        buf, joined_buffer = _pool_array(sections.bytes, np.uint8)
+        joined = memoryview(joined_buffer).cast("B")
+        begin = 0
+        for index, section in enumerate(group):
+            end = begin + len(section.data)
+            joined[begin:end] = section.data
+            begins[index], ends[index] = begin, end
+            begin = end
     headers_of = [section.header for section in group]
     counts = np.array([h.records_count for h in headers_of], dtype=np.int64)
     total = int(counts.sum())
@@ -232,8 +323,13 @@ def _decode_group(group: list[_Section], records: RecordRange, object_key: str) 
         header_starts, header_counts)
     if verdict == BAD_LENGTHS:
         _raise_for_bad_lengths(joined, int(begins[bad_section]), int(ends[bad_section]), group[bad_section], object_key)
-    if verdict == BAD_FIELDS:
-        raise _fields_error(object_key, group[bad_section], bad_record, bad_position - int(begins[bad_section]))
+    if verdict in (BAD_FIELDS, BAD_HEADER_KEY):
+        reason = (
+            "a header key that is not UTF-8"
+            if verdict == BAD_HEADER_KEY
+            else "its fields do not fit its length (bad varint, negative or overlong key, value or header)"
+        )
+        raise _record_error(object_key, group[bad_section], bad_record, bad_position - int(begins[bad_section]), reason)
     columns = [
         _binary_column(buf, key_starts, key_lengths, rows, key_bytes, pa.binary()),
         _binary_column(buf, value_starts, value_lengths, rows, value_bytes, pa.binary()),
@@ -244,33 +340,8 @@ def _decode_group(group: list[_Section], records: RecordRange, object_key: str) 
         pa.array(timestamp_types[:rows]),
     ]
     if records.include_headers:
-        column, bad_row = _headers_column(buf, header_starts[:rows], header_counts[:rows], header_total)
-        if bad_row is not None:
-            # header keys are UTF-8 strings, as Kafka's Header.key()
-            start = int(key_starts[bad_row])  # inside the record, so inside its section
-            index = int(np.searchsorted(begins, start, side="right")) - 1
-            record, record_start = _record_holding(joined, int(begins[index]), start)
-            raise _fields_error(object_key, group[index], record, record_start - int(begins[index]),
-                                "a header key that is not UTF-8")
-        columns.append(column)
+        columns.append(_headers_column(buf, header_starts[:rows], header_counts[:rows], header_total))
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(records.include_headers))
-
-
-def _fields_error(object_key: str, section: _Section, index: int, section_offset: int,
-                  reason: str = "its fields do not fit its length (bad varint, negative or overlong key, value or header)",
-                  ) -> CorruptSegmentError:
-    return _record_error(object_key, section, index, section_offset, reason)
-
-
-def _record_holding(data: memoryview, begin: int, position: int) -> tuple[int, int]:
-    """(index, start) of the record, among those starting at ``begin``, that holds byte ``position``."""
-    index, start = 0, begin
-    while True:
-        length, at = decode_varint(data, start)  # the lengths were checked before any header was read
-        end = at + length
-        if position < end:
-            return index, start
-        index, start = index + 1, end
 
 
 def _validity(present: np.ndarray) -> tuple[pa.Buffer | None, int]:
@@ -298,10 +369,9 @@ def _pool_array(count: int, dtype: type[np.generic]) -> tuple[np.ndarray, pa.Buf
     return np.frombuffer(buffer, dtype=dtype), buffer
 
 
-def _headers_column(buf: np.ndarray, header_starts: np.ndarray, header_counts: np.ndarray,
-                    total: int) -> tuple[pa.Array, int | None]:
-    """The headers column (null where a record has none, as Spark's Kafka source), or the row whose
-    headers hold a key that is not UTF-8."""
+def _headers_column(buf: np.ndarray, header_starts: np.ndarray, header_counts: np.ndarray, total: int) -> pa.Array:
+    """The headers column (null where a record has none, as Spark's Kafka source) of headers that
+    scan_records checked (their keys UTF-8 among them)."""
     rows = len(header_counts)
     list_offsets = np.empty(rows + 1, dtype=np.int32)
     key_offsets = np.empty(total + 1, dtype=np.int32)
@@ -313,26 +383,11 @@ def _headers_column(buf: np.ndarray, header_starts: np.ndarray, header_counts: n
                    value_lengths, value_data)
     keys = pa.Array.from_buffers(pa.string(), total, [None, pa.py_buffer(key_offsets),
                                                       pa.py_buffer(key_data[: key_offsets[-1]])])
-    try:
-        keys.validate(full=True)
-    except pa.ArrowInvalid:
-        raw = keys.view(pa.binary()).to_pylist()
-        entry = next(i for i, key in enumerate(raw) if not _is_utf8(key))
-        return pa.nulls(rows, HEADERS_TYPE), int(np.searchsorted(list_offsets, entry, side="right")) - 1
     validity, null_count = _validity(value_lengths >= 0)
     values = pa.Array.from_buffers(pa.binary(), total, [validity, pa.py_buffer(value_offsets),
                                                          pa.py_buffer(value_data[: value_offsets[-1]])],
                                    null_count=null_count)
     entries = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_STRUCT))
     validity, null_count = _validity(header_counts > 0)
-    column = pa.Array.from_buffers(HEADERS_TYPE, rows, [validity, pa.py_buffer(list_offsets)], null_count=null_count,
-                                   children=[entries])
-    return column, None
-
-
-def _is_utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+    return pa.Array.from_buffers(HEADERS_TYPE, rows, [validity, pa.py_buffer(list_offsets)], null_count=null_count,
+                                 children=[entries])

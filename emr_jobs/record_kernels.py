@@ -22,6 +22,7 @@ from numba.extending import intrinsic
 OK = 0
 BAD_LENGTHS = 1  # a section's record lengths do not add up: the caller names the culprit in Python
 BAD_FIELDS = 2  # a record's fields do not fit its length
+BAD_HEADER_KEY = 3  # a record's header key is not UTF-8 (Kafka's Header.key() is a String)
 
 _MAX_VARINT_BYTES = 5
 _MAX_VARLONG_BYTES = 10
@@ -64,6 +65,42 @@ def _varint(buf, position, limit, max_bytes):
 
 
 @_jit
+def _utf8(buf, start, end):
+    """Whether ``buf[start:end]`` is UTF-8 as Python's strict decoder takes it: no overlong forms,
+    no surrogates, nothing past U+10FFFF."""
+    at = start
+    while at < end:
+        lead = buf[at]
+        if lead < 0x80:
+            at += 1
+            continue
+        low, high = 0x80, 0xBF  # the range of the second byte
+        if 0xC2 <= lead <= 0xDF:
+            following = 1
+        elif lead == 0xE0:
+            following, low = 2, 0xA0
+        elif lead == 0xED:
+            following, high = 2, 0x9F
+        elif 0xE1 <= lead <= 0xEF:
+            following = 2
+        elif lead == 0xF0:
+            following, low = 3, 0x90
+        elif lead == 0xF4:
+            following, high = 3, 0x8F
+        elif 0xF1 <= lead <= 0xF3:
+            following = 3
+        else:
+            return False
+        if at + following >= end or not low <= buf[at + 1] <= high:
+            return False
+        for k in range(2, following + 1):
+            if buf[at + k] & 0xC0 != 0x80:
+                return False
+        at += following + 1
+    return True
+
+
+@_jit
 def _nullable_bytes(buf, position, limit):
     """A length-prefixed byte string (length -1 is null) at ``position``: (length, start, position after
     it), the position -1 when the length is bad or the bytes pass ``limit``."""
@@ -83,13 +120,15 @@ def scan_records(buf, begins, ends, counts, base_offsets, base_timestamps, max_t
     A record is wanted when ``start_offset <= offset < end_offset``; its fields go to the output
     arrays at the next free row (key/value length -1 for null; timestamps in microseconds). Every
     record is checked, wanted or not. Returns ``(verdict, rows, key bytes, value bytes, headers,
-    section, record, position)``: for BAD_LENGTHS the section whose lengths fail, for BAD_FIELDS
-    the first bad record (its index in its section and its start in ``buf``).
+    section, record, position)``: for BAD_LENGTHS the section whose lengths fail, for BAD_FIELDS or
+    BAD_HEADER_KEY the first bad record (its index in its section and its start in ``buf``). Header
+    keys are checked to be UTF-8 only when headers are wanted.
     """
     rows = 0
     key_bytes = 0
     value_bytes = 0
     header_total = 0
+    field_kind = OK
     field_section = -1
     field_record = -1
     field_position = -1
@@ -126,6 +165,10 @@ def scan_records(buf, begins, ends, counts, base_offsets, base_timestamps, max_t
                     if at < 0 or header_key_length < 0 or at + header_key_length > record_end:
                         at = -1
                         break
+                    if not _utf8(buf, at, at + header_key_length):
+                        field_kind = BAD_HEADER_KEY
+                        at = -1
+                        break
                     _, _, at = _nullable_bytes(buf, at + header_key_length, record_end)
                     if at < 0:
                         break
@@ -133,6 +176,8 @@ def scan_records(buf, begins, ends, counts, base_offsets, base_timestamps, max_t
                 at = -1
             if at < 0:
                 field_section, field_record, field_position = section, record, start
+                if field_kind == OK:
+                    field_kind = BAD_FIELDS
                 position = record_end
                 continue
             position = record_end
@@ -159,7 +204,7 @@ def scan_records(buf, begins, ends, counts, base_offsets, base_timestamps, max_t
         if position != end:
             return BAD_LENGTHS, rows, key_bytes, value_bytes, header_total, section, counts[section], position
     if field_section >= 0:
-        return BAD_FIELDS, rows, key_bytes, value_bytes, header_total, field_section, field_record, field_position
+        return field_kind, rows, key_bytes, value_bytes, header_total, field_section, field_record, field_position
     return OK, rows, key_bytes, value_bytes, header_total, -1, -1, -1
 
 

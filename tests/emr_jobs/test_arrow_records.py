@@ -291,3 +291,27 @@ def test_records_mangled_behind_a_valid_crc_decode_as_the_reference_codec_does_o
         assert not include_headers
         return
     assert got == (expected if include_headers else [row[:5] + (None,) for row in expected])
+
+
+utf8_edge_cases = st.sampled_from([
+    b"\xc0\x80", b"\xc1\xbf", b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xf0\x8f\xbf\xbf",
+    b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xff", b"\xc2", b"\xe2\x82", b"\xf0\x9f\x98", b"\xf4\x8f\xbf\xbf",
+    b"\xed\x9f\xbf", b"\xe0\xa0\x80", b"\xf0\x90\x80\x80", b"\xc2\x80", b"\xdf\xbf", b"\xef\xbf\xbf",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.one_of(st.binary(max_size=10), st.text(max_size=5).map(str.encode), utf8_edge_cases,
+                     st.tuples(st.text(max_size=3), utf8_edge_cases).map(lambda t: t[0].encode() + t[1])))
+def test_a_header_key_decodes_exactly_when_python_takes_it_as_utf8(key: bytes) -> None:
+    batch = bytearray(build_batch([SimpleRecord(value=b"v", headers=[("k" * len(key), b"x")])]))
+    at = len(batch) - 2 - len(key)  # the batch ends with the header: key, value length (1 byte), b"x"
+    batch[at : at + len(key)] = key
+    data = recrc(batch)
+    try:
+        expected = key.decode("utf-8")
+    except UnicodeDecodeError:
+        with pytest.raises(CorruptSegmentError, match="record 0: a header key that is not UTF-8"):
+            decode([data])
+    else:
+        assert rows_of(decode([data]))[0][5] == ((expected, b"x"),)
