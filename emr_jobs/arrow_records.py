@@ -2,7 +2,8 @@
 
 This is the Spark reader's hot loop. ``broker_core.records.batch`` decodes one record at a time into
 Python objects, which is right for clients but costs microseconds per record. Here Python only
-frames batches (headers, CRCs, decompression) and joins a group of them into one buffer; the
+frames batches (headers, CRCs, decompression) and gathers them into groups, decoded where they lie
+in their chunk of the stream when uncompressed and joined into one buffer otherwise; the
 per-record work runs in the numba-compiled loops of ``emr_jobs.record_kernels``: one pass checks
 every record and notes where each wanted record's fields lie, then keys, values and headers are
 copied into the buffers of plain Arrow binary columns. The result is one ``pyarrow.RecordBatch``
@@ -45,6 +46,7 @@ from emr_jobs.record_kernels import (
     BAD_FIELDS,
     BAD_HEADER_KEY,
     BAD_LENGTHS,
+    MAX_VARINT_BYTES,
     gather,
     gather_headers,
     scan_records,
@@ -69,9 +71,6 @@ HEADERS_FIELD = pa.field("headers", HEADERS_TYPE)
 # bound a Python worker's memory and to keep Arrow's 32-bit binary offsets far from overflowing.
 GROUP_MAX_RECORDS = 32_768
 GROUP_MAX_BYTES = 16 * 1024 * 1024
-
-_MAX_VARINT_BYTES = 5
-
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
     """The Arrow schema of the batches this module yields."""
@@ -264,7 +263,7 @@ def _raise_for_bad_lengths(data: memoryview, begin: int, end: int, section: _Sec
         start = position
         zigzag, shift = 0, 0
         while True:
-            if shift >= 7 * _MAX_VARINT_BYTES or position >= end:
+            if shift >= 7 * MAX_VARINT_BYTES or position >= end:
                 raise _record_error(object_key, section, index, start - begin, "bad length varint")
             byte = data[position]
             position += 1
@@ -284,27 +283,27 @@ def _raise_for_bad_lengths(data: memoryview, begin: int, end: int, section: _Sec
     )
 
 
-def _decode_group(sections: _Group, records: RecordRange, object_key: str) -> pa.RecordBatch:
-    group = sections.sections
-    begins = np.empty(len(group), dtype=np.int64)
-    ends = np.empty(len(group), dtype=np.int64)
-    if sections.source is not None:
+def _decode_group(group: _Group, records: RecordRange, object_key: str) -> pa.RecordBatch:
+    sections = group.sections
+    begins = np.empty(len(sections), dtype=np.int64)
+    ends = np.empty(len(sections), dtype=np.int64)
+    if group.source is not None:
         # Every section lies uncompressed in one chunk: decode them there.
-        joined = memoryview(sections.source).cast("B")
+        joined = memoryview(group.source).cast("B")
         buf = np.frombuffer(joined, dtype=np.uint8)
-        for index, section in enumerate(group):
+        for index, section in enumerate(sections):
             begins[index], ends[index] = section.start, section.start + len(section.data)
     else:
         # One buffer for the whole group, sized up front, each section copied once.
-        buf, joined_buffer = _pool_array(sections.bytes, np.uint8)
+        buf, joined_buffer = _pool_array(group.bytes, np.uint8)
         joined = memoryview(joined_buffer).cast("B")
         begin = 0
-        for index, section in enumerate(group):
+        for index, section in enumerate(sections):
             end = begin + len(section.data)
             joined[begin:end] = section.data
             begins[index], ends[index] = begin, end
             begin = end
-    headers_of = [section.header for section in group]
+    headers_of = [section.header for section in sections]
     counts = np.array([h.records_count for h in headers_of], dtype=np.int64)
     total = int(counts.sum())
     offsets = np.empty(total, dtype=np.int64)
@@ -322,14 +321,14 @@ def _decode_group(sections: _Group, records: RecordRange, object_key: str) -> pa
         offsets, timestamps, timestamp_types, key_starts, key_lengths, value_starts, value_lengths,
         header_starts, header_counts)
     if verdict == BAD_LENGTHS:
-        _raise_for_bad_lengths(joined, int(begins[bad_section]), int(ends[bad_section]), group[bad_section], object_key)
+        _raise_for_bad_lengths(joined, int(begins[bad_section]), int(ends[bad_section]), sections[bad_section], object_key)
     if verdict in (BAD_FIELDS, BAD_HEADER_KEY):
         reason = (
             "a header key that is not UTF-8"
             if verdict == BAD_HEADER_KEY
             else "its fields do not fit its length (bad varint, negative or overlong key, value or header)"
         )
-        raise _record_error(object_key, group[bad_section], bad_record, bad_position - int(begins[bad_section]), reason)
+        raise _record_error(object_key, sections[bad_section], bad_record, bad_position - int(begins[bad_section]), reason)
     columns = [
         _binary_column(buf, key_starts, key_lengths, rows, key_bytes, pa.binary()),
         _binary_column(buf, value_starts, value_lengths, rows, value_bytes, pa.binary()),

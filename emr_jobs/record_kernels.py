@@ -24,7 +24,7 @@ BAD_LENGTHS = 1  # a section's record lengths do not add up: the caller names th
 BAD_FIELDS = 2  # a record's fields do not fit its length
 BAD_HEADER_KEY = 3  # a record's header key is not UTF-8 (Kafka's Header.key() is a String)
 
-_MAX_VARINT_BYTES = 5
+MAX_VARINT_BYTES = 5  # the longest varint of 32 bits
 _MAX_VARLONG_BYTES = 10
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -104,7 +104,7 @@ def _utf8(buf, start, end):
 def _nullable_bytes(buf, position, limit):
     """A length-prefixed byte string (length -1 is null) at ``position``: (length, start, position after
     it), the position -1 when the length is bad or the bytes pass ``limit``."""
-    length, start = _varint(buf, position, limit, _MAX_VARINT_BYTES)
+    length, start = _varint(buf, position, limit, MAX_VARINT_BYTES)
     if start < 0 or length < -1 or start + max(length, 0) > limit:
         return length, start, -1
     return length, start, start + max(length, 0)
@@ -137,7 +137,7 @@ def scan_records(buf, begins, ends, counts, base_offsets, base_timestamps, max_t
         end = ends[section]
         for record in range(counts[section]):
             start = position
-            length, position = _varint(buf, position, end, _MAX_VARINT_BYTES)
+            length, position = _varint(buf, position, end, MAX_VARINT_BYTES)
             if position < 0 or length < 0 or position + length > end:
                 return BAD_LENGTHS, rows, key_bytes, value_bytes, header_total, section, record, start
             record_end = position + length
@@ -149,19 +149,19 @@ def scan_records(buf, begins, ends, counts, base_offsets, base_timestamps, max_t
             timestamp_delta, at = _varint(buf, at, record_end, _MAX_VARLONG_BYTES)
             offset_delta = key_length = key_start = value_length = value_start = header_count = headers_at = 0
             if at >= 0:
-                offset_delta, at = _varint(buf, at, record_end, _MAX_VARINT_BYTES)
+                offset_delta, at = _varint(buf, at, record_end, MAX_VARINT_BYTES)
             if at >= 0:
                 key_length, key_start, at = _nullable_bytes(buf, at, record_end)
             if at >= 0:
                 value_length, value_start, at = _nullable_bytes(buf, at, record_end)
             if at >= 0:
-                header_count, at = _varint(buf, at, record_end, _MAX_VARINT_BYTES)
+                header_count, at = _varint(buf, at, record_end, MAX_VARINT_BYTES)
                 headers_at = at
             if header_count < 0:
                 at = -1
             if at >= 0 and want_headers:
                 for _ in range(header_count):
-                    header_key_length, at = _varint(buf, at, record_end, _MAX_VARINT_BYTES)
+                    header_key_length, at = _varint(buf, at, record_end, MAX_VARINT_BYTES)
                     if at < 0 or header_key_length < 0 or at + header_key_length > record_end:
                         at = -1
                         break
@@ -236,12 +236,12 @@ def gather_headers(buf, header_starts, header_counts, rows,
     for row in range(rows):
         at = header_starts[row]
         for _ in range(header_counts[row]):
-            key_length, at = _varint(buf, at, len(buf), _MAX_VARINT_BYTES)
+            key_length, at = _varint(buf, at, len(buf), MAX_VARINT_BYTES)
             _copy_bytes(key_data, key_cursor, buf, at, key_length)
             key_cursor += key_length
             at += key_length
             key_offsets[header + 1] = key_cursor
-            value_length, at = _varint(buf, at, len(buf), _MAX_VARINT_BYTES)
+            value_length, at = _varint(buf, at, len(buf), MAX_VARINT_BYTES)
             value_lengths[header] = value_length
             if value_length > 0:
                 _copy_bytes(value_data, value_cursor, buf, at, value_length)
