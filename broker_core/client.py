@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from broker_core.partitioner import murmur2, partition_for_key
 from broker_core.protocol.errors import invalidates_metadata
-from broker_core.protocol.framing import decode_response, encode_request
+from broker_core.protocol.framing import FrameDecoder, FramingError, decode_response, encode_request
 from broker_core.protocol.messages import (
     API_VERSIONS_KEY,
     SUPPORTED_VERSIONS,
@@ -69,7 +69,6 @@ CLIENT_SOFTWARE_NAME = "floe-client"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
 
 _CORRELATION_ID = struct.Struct(">i")
-_SIZE = struct.Struct(">i")
 _MAX_RESPONSE_BYTES = 512 * 1024 * 1024
 
 # A broker answers one request of a connection at a time (as Kafka does), so a long-poll fetch would
@@ -229,12 +228,10 @@ class BrokerConnection:
         self.request_timeout_s = request_timeout_s
         self.versions: dict[int, int] = {}
         self.broker_versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task | None = None
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _ResponseProtocol | None = None
         self._pending: dict[int, tuple[int, int, asyncio.Future]] = {}
         self._correlation_ids = itertools.count(1)
-        self._drain_lock = asyncio.Lock()
         self._closed_reason: str | None = None
 
     def __repr__(self) -> str:
@@ -242,16 +239,17 @@ class BrokerConnection:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and self._closed_reason is None
+        return self._transport is not None and self._closed_reason is None
 
     async def connect(self) -> None:
         """Open the socket and negotiate versions; raises BrokerConnectionError if either fails."""
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.request_timeout_s):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                self._transport, self._protocol = await loop.create_connection(
+                    lambda: _ResponseProtocol(self), self.host, self.port)
         except (TimeoutError, OSError) as exc:
             raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
-        self._reader_task = asyncio.create_task(self._read_responses(), name=f"floe-client-reader-{self.host}:{self.port}")
         try:
             await self._negotiate_versions()
         except BaseException:
@@ -302,7 +300,7 @@ class BrokerConnection:
 
     async def _send_versioned(self, api_key: int, version: int, request: Mapping[str, Any] | Any, *,
                               expect_response: bool = True, timeout_s: float | None = None) -> Any:
-        if self._closed_reason is not None or self._writer is None:
+        if self._closed_reason is not None or self._transport is None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed: {self._closed_reason}")
         if isinstance(request, Mapping):
             request = build_entity(request_class(api_key, version), request)
@@ -313,12 +311,11 @@ class BrokerConnection:
             future = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = (api_key, version, future)
         try:
-            self._writer.write(frame)
-            async with self._drain_lock:
-                await self._writer.drain()
+            self._transport.write(frame)
+            await self._protocol.drain()
         except (OSError, RuntimeError) as exc:
             self._pending.pop(correlation_id, None)
-            await self._fail(f"write failed: {exc!r}")
+            self._fail(f"write failed: {exc!r}")
             raise BrokerConnectionError(f"lost connection to {self.host}:{self.port} while sending",
                                         request_sent=True) from exc
         if future is None:
@@ -331,43 +328,28 @@ class BrokerConnection:
         except TimeoutError:
             self._pending.pop(correlation_id, None)
             reason = f"{api_name(api_key)} v{version} got no response within the request timeout"
-            await self._fail(reason)
+            self._fail(reason)
             raise RequestTimeoutError(f"{self.host}:{self.port}: {reason}", request_sent=True) from None
 
-    async def _read_responses(self) -> None:
-        assert self._reader is not None
-        reason = "closed by the broker"
+    def _take_response(self, frame: bytes | memoryview) -> bool:
+        """Route one response frame to its request; False when the stream cannot be trusted any more."""
+        (correlation_id,) = _CORRELATION_ID.unpack_from(frame, 0)
+        entry = self._pending.pop(correlation_id, None)
+        if entry is None:
+            self._fail(f"response with unknown correlation id {correlation_id}")
+            return False
+        api_key, version, future = entry
+        if future.done():
+            return True
         try:
-            while True:
-                size_bytes = await self._reader.readexactly(4)
-                (size,) = _SIZE.unpack(size_bytes)
-                if not 4 <= size <= _MAX_RESPONSE_BYTES:
-                    reason = f"response frame size {size} is not plausible"
-                    break
-                frame = await self._reader.readexactly(size)
-                (correlation_id,) = _CORRELATION_ID.unpack_from(frame, 0)
-                entry = self._pending.pop(correlation_id, None)
-                if entry is None:
-                    reason = f"response with unknown correlation id {correlation_id}"
-                    break
-                api_key, version, future = entry
-                if future.done():
-                    continue
-                try:
-                    _, response = decode_response(api_key, version, frame)
-                except Exception as exc:  # kio raises several types; the request alone fails
-                    future.set_exception(ClientError(f"cannot decode {api_name(api_key)} v{version} response: {exc!r}"))
-                else:
-                    future.set_result(response)
-        except asyncio.IncompleteReadError:
-            reason = "closed by the broker"
-        except OSError as exc:
-            reason = f"read failed: {exc!r}"
-        except asyncio.CancelledError:
-            reason = "closed by the client"
-        await self._fail(reason, from_reader=True)
+            _, response = decode_response(api_key, version, frame)
+        except Exception as exc:  # kio raises several types; the request alone fails
+            future.set_exception(ClientError(f"cannot decode {api_name(api_key)} v{version} response: {exc!r}"))
+        else:
+            future.set_result(response)
+        return True
 
-    async def _fail(self, reason: str, *, from_reader: bool = False) -> None:
+    def _fail(self, reason: str) -> None:
         """Close for good and fail every request still waiting for a response."""
         if self._closed_reason is None:
             self._closed_reason = reason
@@ -376,21 +358,66 @@ class BrokerConnection:
             if not future.done():
                 future.set_exception(BrokerConnectionError(
                     f"connection to {self.host}:{self.port} closed ({reason})", request_sent=True))
-        if self._writer is not None:
-            self._writer.close()
-        if not from_reader and self._reader_task is not None and not self._reader_task.done():
-            self._reader_task.cancel()
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
-        await self._fail("closed by the client")
-        if self._reader_task is not None:
-            # asyncio.wait neither raises the reader's own cancellation nor swallows one of close()'s.
-            await asyncio.wait([self._reader_task])
-        if self._writer is not None:
-            try:
-                await self._writer.wait_closed()
-            except OSError:
-                pass
+        self._fail("closed by the client")
+        if self._protocol is not None:
+            await self._protocol.closed
+
+
+class _ResponseProtocol(asyncio.BufferedProtocol):
+    """Receives a connection's responses in place (see FrameDecoder: a large fetch response is
+    received straight into its own buffer and decoded from there) and hands each to the connection."""
+
+    def __init__(self, connection: BrokerConnection) -> None:
+        self.connection = connection
+        self.decoder = FrameDecoder(_MAX_RESPONSE_BYTES, min_frame_bytes=4)
+        loop = asyncio.get_running_loop()
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self._writable: asyncio.Future[None] | None = None  # set while the transport's buffer is full
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.receive_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self.decoder.received(nbytes)
+        except FramingError as exc:
+            self.connection._fail(f"response {exc}")
+            return
+        for frame in frames:
+            if not self.connection._take_response(frame):
+                return
+
+    def eof_received(self) -> bool:
+        self.connection._fail("closed by the broker")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connection._fail("closed by the broker" if exc is None else f"read failed: {exc!r}")
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    async def drain(self) -> None:
+        """Wait while the transport holds more than its high-water mark of unsent bytes."""
+        if self.closed.done():
+            raise ConnectionResetError("connection lost")
+        if self._writable is not None and not self._writable.done():
+            await asyncio.shield(self._writable)
+            if self.closed.done():
+                raise ConnectionResetError("connection lost")
 
 
 # the client ------------------------------------------------------------------------------------

@@ -47,35 +47,99 @@ class UnsupportedVersionError(InvalidRequestError):
 
 
 class FrameDecoder:
-    """Accumulates received bytes and yields whole frames (without the size prefix).
+    """Takes in the received byte stream and hands back whole frames (without the size prefix).
+
+    The connection receives in place: `receive_buffer()` says where its next recv should land and
+    `received(count)` takes what arrived. Small frames gather in a staging buffer and are copied out
+    once each. A frame larger than ``large_frame_bytes`` (a produce request, a fetch response) gets a
+    buffer of its own as soon as its size is known, and the rest of it is received straight into
+    that buffer, which is handed back as a read-only memoryview: its bytes are not copied again.
+    `feed(data)` does the same for bytes that are already in memory.
 
     Not thread-safe: one decoder per connection, fed by that connection's reader.
     """
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        self._buffer = bytearray()
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, staging_bytes: int = 256 * 1024,
+                 large_frame_bytes: int = 64 * 1024, min_frame_bytes: int = 8) -> None:
+        if not 0 < large_frame_bytes <= staging_bytes // 2:
+            raise ValueError("large_frame_bytes must be positive and at most half of staging_bytes")
+        self._min = min_frame_bytes
         self._max = max_frame_bytes
+        self._large_frame_bytes = large_frame_bytes
+        self._staging = bytearray(staging_bytes)
+        self._start = 0  # staging[_start:_end] is received and not yet handed back
+        self._end = 0
+        self._large: bytearray | None = None  # a large frame being received into its own buffer
+        self._large_filled = 0
+
+    def receive_buffer(self) -> memoryview:
+        """Where the next received bytes go (never past the end of a large frame being filled)."""
+        if self._large is not None:
+            return memoryview(self._large)[self._large_filled:]
+        return memoryview(self._staging)[self._end:]
+
+    def received(self, count: int) -> list[bytes | memoryview]:
+        """``count`` bytes arrived in the last `receive_buffer()`; the frames they complete, in order.
+
+        Raises FramingError for a size prefix outside [min_frame_bytes, max_frame_bytes] (a request
+        is at least 8 bytes: its api key, version and correlation id).
+        """
+        if self._large is not None:
+            self._large_filled += count
+            if self._large_filled < len(self._large):
+                return []
+            frame = memoryview(self._large).toreadonly()
+            self._large = None
+            return [frame]
+        self._end += count
+        frames: list[bytes | memoryview] = []
+        staging, end = self._staging, self._end
+        view = memoryview(staging)
+        position = self._start
+        while end - position >= 4:
+            (size,) = _SIZE.unpack_from(staging, position)
+            if size < self._min or size > self._max:
+                raise FramingError(f"frame size {size} outside [{self._min}, {self._max}]")
+            available = end - position - 4
+            if available >= size:
+                frames.append(view[position + 4 : position + 4 + size].tobytes())
+                position += 4 + size
+                continue
+            if size > self._large_frame_bytes:
+                large = bytearray(size)
+                large[:available] = view[position + 4 : end]
+                self._large, self._large_filled = large, available
+                position = end
+            break
+        if position == end:
+            self._start = self._end = 0
+        else:
+            self._start = position
+            if len(staging) - end < self._large_frame_bytes + 4:
+                # Move the unfinished small frame to the front: it fits, and so does the rest of it.
+                left = end - position
+                staging[:left] = view[position:end].tobytes()  # the two ranges may overlap
+                self._start, self._end = 0, left
+        return frames
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        self._buffer += data
+        """Take ``data`` as if it had been received; the frames it completes, as bytes."""
         frames: list[bytes] = []
-        position = 0
-        buffer = self._buffer
-        while len(buffer) - position >= 4:
-            (size,) = _SIZE.unpack_from(buffer, position)
-            if size < 8 or size > self._max:
-                raise FramingError(f"frame size {size} outside [8, {self._max}]")
-            if len(buffer) - position - 4 < size:
-                break
-            frames.append(bytes(buffer[position + 4 : position + 4 + size]))
-            position += 4 + size
-        if position:
-            del buffer[:position]
+        data = memoryview(data).cast("B")
+        while data:
+            target = self.receive_buffer()
+            count = min(len(target), len(data))
+            target[:count] = data[:count]
+            data = data[count:]
+            frames += (bytes(frame) for frame in self.received(count))
         return frames
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        """Bytes received (size prefixes included) that no frame handed back yet holds."""
+        if self._large is not None:
+            return 4 + self._large_filled
+        return self._end - self._start
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +152,12 @@ class Request:
     size: int
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id): the first 8 bytes, common to every header version."""
     return _API_KEY_VERSION_CORRELATION.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes) -> Request:
+def decode_request(frame: bytes | memoryview) -> Request:
     api_key, api_version, correlation_id = peek_header(frame)
     versions = SUPPORTED_VERSIONS.get(api_key)
     if versions is None or not versions[0] <= api_version <= versions[1]:

@@ -72,23 +72,21 @@ class Connection:
     def __init__(self, sock: socket.socket, handlers: RequestHandlers, max_frame_bytes: int) -> None:
         self.sock = sock
         self.handlers = handlers
-        self.decoder = FrameDecoder(max_frame_bytes)
+        self.decoder = FrameDecoder(max_frame_bytes, staging_bytes=RECV_BYTES)
         self.loop = asyncio.get_running_loop()
         self.peer = sock.getpeername()
         # Produce responses still to be written, in request order; each yields encoded parts or None.
         self._responses: asyncio.Queue[asyncio.Future] = asyncio.Queue(MAX_PIPELINED_PRODUCES)
 
     async def serve(self) -> None:
-        buffer = bytearray(RECV_BYTES)
-        view = memoryview(buffer)
         writer = asyncio.create_task(self._write_responses(asyncio.current_task()))
         try:
             while True:
-                received = await self.loop.sock_recv_into(self.sock, view)
+                received = await self.loop.sock_recv_into(self.sock, self.decoder.receive_buffer())
                 if received == 0:
                     await self._responses.join()
                     return
-                for frame in self.decoder.feed(view[:received]):
+                for frame in self.decoder.received(received):
                     if not await self._process(frame):
                         await self._responses.join()  # answer what came before the bad request
                         return
@@ -103,7 +101,7 @@ class Connection:
                 self._responses.get_nowait().cancel()
             self.sock.close()
 
-    async def _process(self, frame: bytes) -> bool:
+    async def _process(self, frame: bytes | memoryview) -> bool:
         """Handle one request; False when the connection must be closed."""
         try:
             request = decode_request(frame)

@@ -8,6 +8,7 @@ Every request type and version Floe serves must survive encode -> decode unchang
 
 from __future__ import annotations
 
+import datetime
 import struct
 from typing import Any
 
@@ -24,7 +25,8 @@ from broker_core.protocol.framing import (
     decode_request,
     encode_request,
 )
-from broker_core.protocol.messages import SUPPORTED_VERSIONS, request_class
+from broker_core.protocol.messages import SUPPORTED_VERSIONS, build_entity, request_class
+from broker_core.records import SimpleRecord, build_batch
 
 # kio registers strategies for its primitive types but not for a records field.
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
@@ -108,6 +110,18 @@ def test_mutated_valid_frames_decode_to_a_request_or_an_invalid_request_error(da
     check_decoded_or_refused(data.draw(mutated(frame)), decode_outcome)
 
 
+@st.composite
+def decoder_geometries(draw: st.DrawFn) -> Any:
+    """A FrameDecoder factory (max frame bytes -> decoder): the connection's staging and large-frame
+    sizes, or small ones under which frames of a few hundred bytes take the large-frame path (their
+    own buffer, received into in place) and the staging buffer is compacted often."""
+    if draw(st.booleans()):
+        return FrameDecoder
+    staging = draw(st.integers(16, 700))
+    large = draw(st.integers(1, staging // 2))
+    return lambda max_frame: FrameDecoder(max_frame, staging_bytes=staging, large_frame_bytes=large)
+
+
 def size_prefixed(frames: list[bytes]) -> bytes:
     return b"".join(struct.pack(">i", len(frame)) + frame for frame in frames)
 
@@ -140,13 +154,13 @@ def reference_parse(stream: bytes, max_frame: int) -> tuple[list[bytes], bool, i
 
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.binary(min_size=8, max_size=300), max_size=8), st.binary(max_size=40),
-       st.lists(st.integers(0, 3000), max_size=12))
+       st.lists(st.integers(0, 3000), max_size=12), decoder_geometries())
 def test_the_frame_decoder_gives_back_the_frames_however_the_stream_is_cut(
-        frames: list[bytes], partial_next: bytes, cuts: list[int]) -> None:
+        frames: list[bytes], partial_next: bytes, cuts: list[int], geometry: Any) -> None:
     # A frame that has not fully arrived stays buffered: a size prefix saying more than is there.
     tail = struct.pack(">i", max(8, len(partial_next) + 1)) + partial_next
     stream = size_prefixed(frames) + tail
-    decoder = FrameDecoder()
+    decoder = geometry(DEFAULT_MAX_FRAME_BYTES)
     received, failed = feed_in_pieces(decoder, stream, [c for c in cuts if c < len(stream)])
     assert not failed
     assert received == frames
@@ -155,12 +169,12 @@ def test_the_frame_decoder_gives_back_the_frames_however_the_stream_is_cut(
 
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.binary(min_size=8, max_size=SMALL_MAX_FRAME), max_size=4), st.binary(max_size=120),
-       st.lists(st.integers(0, 600), max_size=10))
+       st.lists(st.integers(0, 600), max_size=10), decoder_geometries())
 def test_the_frame_decoder_agrees_with_a_reference_parser_on_arbitrary_bytes(
-        frames: list[bytes], garbage: bytes, cuts: list[int]) -> None:
+        frames: list[bytes], garbage: bytes, cuts: list[int], geometry: Any) -> None:
     stream = size_prefixed(frames) + garbage
     expected_frames, expected_failure, left_over = reference_parse(stream, SMALL_MAX_FRAME)
-    decoder = FrameDecoder(max_frame_bytes=SMALL_MAX_FRAME)
+    decoder = geometry(SMALL_MAX_FRAME)
     received, failed = feed_in_pieces(decoder, stream, [c for c in cuts if c < len(stream)])
     assert failed == expected_failure
     if failed:
@@ -169,6 +183,48 @@ def test_the_frame_decoder_agrees_with_a_reference_parser_on_arbitrary_bytes(
     else:
         assert received == expected_frames
         assert decoder.buffered == left_over
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(min_size=8, max_size=400), min_size=1, max_size=6),
+       st.lists(st.integers(1, 500), min_size=1, max_size=40), decoder_geometries())
+def test_receiving_in_place_gives_back_the_frames_and_large_ones_unshared(
+        frames: list[bytes], recv_sizes: list[int], geometry: Any) -> None:
+    # As the listener does: recv_into the decoder's buffer, however little the socket gives each time.
+    stream = size_prefixed(frames)
+    decoder = geometry(DEFAULT_MAX_FRAME_BYTES)
+    received: list[bytes | memoryview] = []
+    position, turn = 0, 0
+    while position < len(stream):
+        target = decoder.receive_buffer()
+        assert len(target) > 0
+        count = min(len(target), recv_sizes[turn % len(recv_sizes)], len(stream) - position)
+        target[:count] = stream[position:position + count]
+        position += count
+        turn += 1
+        received += decoder.received(count)
+    assert [bytes(frame) for frame in received] == frames
+    assert decoder.buffered == 0
+    for frame in received:
+        assert isinstance(frame, bytes) or frame.readonly  # a large frame's buffer is never written again
+
+
+def test_a_large_produce_request_received_in_place_decodes_like_its_bytes() -> None:
+    records = build_batch([SimpleRecord(key=b"k%d" % i, value=bytes([i]) * 1000) for i in range(200)])
+    frame = encode_request(0, 9, 41, "in-place", build_entity(request_class(0, 9), {
+        "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=1),
+        "topic_data": [{"name": "t", "partition_data": [{"index": 3, "records": records}]}]}))
+    decoder = FrameDecoder()
+    received: list[bytes | memoryview] = []
+    for start in range(0, len(frame), 8192):  # a socket handing over 8 KiB at a time
+        piece = frame[start:start + 8192]
+        target = decoder.receive_buffer()
+        target[:len(piece)] = piece
+        received += decoder.received(len(piece))
+    assert len(received) == 1 and isinstance(received[0], memoryview)  # took the large-frame path
+    in_place, copied = decode_request(received[0]), decode_request(frame[4:])
+    assert in_place == copied
+    assert in_place.body.topic_data[0].partition_data[0].records == records
 
 
 @settings(max_examples=200, deadline=None)
