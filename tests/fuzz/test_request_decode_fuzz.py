@@ -193,7 +193,7 @@ def test_receiving_in_place_gives_back_the_frames_and_large_ones_unshared(
     # As the listener does: recv_into the decoder's buffer, however little the socket gives each time.
     stream = size_prefixed(frames)
     decoder = geometry(DEFAULT_MAX_FRAME_BYTES)
-    received: list[bytes | memoryview] = []
+    received: list[bytes] = []
     position, turn = 0, 0
     while position < len(stream):
         target = decoder.receive_buffer()
@@ -202,11 +202,42 @@ def test_receiving_in_place_gives_back_the_frames_and_large_ones_unshared(
         target[:count] = stream[position:position + count]
         position += count
         turn += 1
-        received += decoder.received(count)
-    assert [bytes(frame) for frame in received] == frames
+        for frame in decoder.received(count):
+            assert isinstance(frame, bytes) or frame.readonly
+            received.append(bytes(frame))  # a large frame is valid until the next receive_buffer()
+    assert received == frames
     assert decoder.buffered == 0
-    for frame in received:
-        assert isinstance(frame, bytes) or frame.readonly  # a large frame's buffer is never written again
+
+
+def receive_whole(decoder: FrameDecoder, stream: bytes) -> list[bytes | memoryview]:
+    frames: list[bytes | memoryview] = []
+    position = 0
+    while position < len(stream):
+        target = decoder.receive_buffer()
+        count = min(len(target), len(stream) - position)
+        target[:count] = stream[position:position + count]
+        position += count
+        frames += decoder.received(count)
+    return frames
+
+
+def test_a_large_frame_kept_past_the_next_receive_is_released_not_overwritten() -> None:
+    decoder = FrameDecoder(staging_bytes=64, large_frame_bytes=16)
+    (first,) = receive_whole(decoder, size_prefixed([b"a" * 100]))
+    assert bytes(first) == b"a" * 100
+    (second,) = receive_whole(decoder, size_prefixed([b"b" * 90]))  # reuses the first one's buffer
+    assert bytes(second) == b"b" * 90
+    with pytest.raises(ValueError, match="released"):
+        bytes(first)
+
+
+def test_a_buffer_still_referenced_through_a_slice_is_not_reused() -> None:
+    decoder = FrameDecoder(staging_bytes=64, large_frame_bytes=16)
+    (first,) = receive_whole(decoder, size_prefixed([b"a" * 100]))
+    kept = first[10:20]
+    (second,) = receive_whole(decoder, size_prefixed([b"b" * 100]))
+    assert bytes(second) == b"b" * 100
+    assert bytes(kept) == b"a" * 10
 
 
 def test_a_large_produce_request_received_in_place_decodes_like_its_bytes() -> None:
