@@ -240,8 +240,10 @@ class RequestHandlers:
                 for result, _, _ in waiting:
                     result["error_code"] = ErrorCode.request_timed_out
                 break
-            futures = [partition.change_future() for _, partition, _ in waiting]
+            futures = [partition.high_watermark_future(target) for _, partition, target in waiting]
             await asyncio.wait(futures, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for future in futures:
+                future.cancel()
         for result, partition, _ in pending:
             if result["error_code"] == ErrorCode.none:
                 described = self.broker.image.topics.get(partition.topic)

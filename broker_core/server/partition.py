@@ -1,8 +1,10 @@
 """One hosted replica of a topic partition: its log, its role, and the high watermark.
 
 The leader tracks every follower's log-end offset (reported by follower Fetch requests); the high
-watermark is the minimum log-end offset over the ISR and never moves backwards. Waiters (long-poll
-fetches, acks=all produces) park on `wait_for_change` and are woken on every append and every HW move.
+watermark is the minimum log-end offset over the ISR and never moves backwards. Long-poll fetches park
+on `change_future` and are woken on every append and every HW move. Acks=all produces park on
+`high_watermark_future(target)` (Kafka's produce purgatory): woken only once the HW reaches their
+target, or when the partition's role, ISR or state changes and they must look again.
 
 Thread-safety: a Partition belongs to the broker's event loop; only coroutines on that loop touch it.
 """
@@ -10,6 +12,8 @@ Thread-safety: a Partition belongs to the broker's event loop; only coroutines o
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -23,6 +27,7 @@ from broker_core.log.producer_state import OutOfOrderSequenceError, ProducerStat
 from broker_core.records.errors import RecordsError
 from broker_core.records.header import iter_headers
 
+_WAITER_NUMBERS = itertools.count()
 PARTITION_METADATA_FILE = "partition.metadata"
 HIGH_WATERMARK_FILE = "high-watermark"
 
@@ -54,6 +59,8 @@ class Partition:
     producers: ProducerState | None = None
     _checkpointed_high_watermark: int = -1
     _waiters: list[asyncio.Future] = field(default_factory=list)
+    # (target offset, tie-breaker, future) for acks=all produces, smallest target first.
+    _replication_waiters: list[tuple[int, int, asyncio.Future]] = field(default_factory=list)
 
     @classmethod
     def open(cls, data_dir: Path, topic: str, index: int, topic_id: str, config: LogConfig, broker_id: int) -> Partition:
@@ -115,7 +122,7 @@ class Partition:
             self.followers = {r: ReplicaState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
             self.leader_epoch_start_offset = self.log.log_end_offset
         self._maybe_advance_high_watermark()
-        self.wake()
+        self.wake(role_changed=True)
 
     def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
         self.leader_id = leader_id
@@ -124,13 +131,13 @@ class Partition:
         self.replicas = replicas
         self.isr = isr
         self.followers = {}
-        self.wake()
+        self.wake(role_changed=True)
 
     def update_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
         self.isr = isr
         self.partition_epoch = partition_epoch
         self._maybe_advance_high_watermark()
-        self.wake()
+        self.wake(role_changed=True)
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
         """A follower fetching from `fetch_offset` has everything below it: its log-end offset."""
@@ -218,6 +225,27 @@ class Partition:
             return True
         return False
 
+    def _complete_replication_waiters(self, everyone: bool = False) -> None:
+        """Wake the acks=all waiters whose target the HW has reached (all of them with ``everyone``)."""
+        waiters = self._replication_waiters
+        while waiters and (everyone or waiters[0][0] <= self.high_watermark):
+            future = heapq.heappop(waiters)[2]
+            if not future.done():
+                future.set_result(None)
+
+    def high_watermark_future(self, target: int) -> asyncio.Future:
+        """A future done once the HW reaches ``target``, or sooner when the partition's role, ISR or
+        state changes (the waiter must check again: it may have to give up)."""
+        future = asyncio.get_running_loop().create_future()
+        if self.high_watermark >= target:
+            future.set_result(None)
+            return future
+        waiters = self._replication_waiters
+        while waiters and waiters[0][2].done():  # timed-out waiters left behind
+            heapq.heappop(waiters)
+        heapq.heappush(waiters, (target, next(_WAITER_NUMBERS), future))
+        return future
+
     def set_high_watermark_from_leader(self, leader_hw: int) -> None:
         """Followers adopt the leader's HW, bounded by their own log end."""
         new_hw = min(leader_hw, self.log_end_offset)
@@ -225,11 +253,14 @@ class Partition:
             self.high_watermark = new_hw
             self.wake()
 
-    def wake(self) -> None:
+    def wake(self, *, role_changed: bool = False) -> None:
+        """Wake the long-poll fetches; with ``role_changed`` (leadership, ISR or state) also every
+        acks=all waiter, and in any case those whose target the HW has reached."""
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        self._complete_replication_waiters(everyone=role_changed)
 
     def change_future(self) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
@@ -237,7 +268,7 @@ class Partition:
         return future
 
     def close(self) -> None:
-        self.wake()
+        self.wake(role_changed=True)
         self.checkpoint_high_watermark()
         self.producers.write_snapshot(self.log.log_end_offset)
         self.log.close()

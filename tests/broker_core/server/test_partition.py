@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from broker_core.log.config import LogConfig
@@ -44,3 +45,52 @@ def test_the_saved_high_watermark_never_exceeds_what_the_log_still_holds(tmp_pat
     follower.close()
 
     assert Partition.open(tmp_path, "t", 0, TOPIC_ID, LogConfig(), broker_id=1).high_watermark == 10
+
+
+def test_an_acks_all_waiter_wakes_when_the_high_watermark_reaches_its_target_and_not_before(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        partition = open_leader(tmp_path, isr=(1, 2), min_isr=2)
+        partition.append_as_leader(make_batch(n_records=10))
+        waiter = partition.high_watermark_future(10)
+        partition.append_as_leader(make_batch(n_records=10))  # appends alone move nothing
+        partition.record_follower_fetch(2, 5)
+        await asyncio.sleep(0)
+        assert partition.high_watermark == 5 and not waiter.done()
+        partition.record_follower_fetch(2, 10)
+        assert partition.high_watermark == 10 and waiter.done()
+        assert partition.high_watermark_future(10).done()  # already reached: done at once
+        partition.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_role_or_isr_change_wakes_every_acks_all_waiter_to_look_again(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        partition = open_leader(tmp_path, isr=(1, 2), min_isr=2)
+        partition.append_as_leader(make_batch(n_records=10))
+        shrunk, moved = partition.high_watermark_future(10), partition.high_watermark_future(10)
+        partition.update_isr((1,), partition_epoch=1)  # below min.insync.replicas: the HW stays put
+        assert shrunk.done() and partition.high_watermark == 0
+        again = partition.high_watermark_future(10)
+        assert not again.done()
+        partition.become_follower(leader_id=2, leader_epoch=1, partition_epoch=2, replicas=(1, 2), isr=(1, 2))
+        assert moved.done() and again.done()
+        partition.close()
+
+    asyncio.run(scenario())
+
+
+def test_waiters_that_gave_up_do_not_hold_back_later_ones(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        partition = open_leader(tmp_path, isr=(1, 2), min_isr=2)
+        partition.append_as_leader(make_batch(n_records=30))
+        abandoned = [partition.high_watermark_future(target) for target in (10, 20)]
+        for future in abandoned:
+            future.cancel()  # as a timed-out produce does
+        later = partition.high_watermark_future(20)
+        partition.record_follower_fetch(2, 20)
+        assert later.done() and not later.cancelled()
+        assert partition._replication_waiters == []  # nothing left behind once the HW passed them
+        partition.close()
+
+    asyncio.run(scenario())
