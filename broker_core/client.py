@@ -18,7 +18,7 @@ import datetime
 import itertools
 import struct
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,7 +230,7 @@ class BrokerConnection:
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self._transport: asyncio.Transport | None = None
         self._protocol: _ResponseProtocol | None = None
-        self._pending: dict[int, tuple[int, int, asyncio.Future]] = {}
+        self._pending: dict[int, tuple[int, int, asyncio.Future, bool]] = {}  # key, version, future, decode
         self._correlation_ids = itertools.count(1)
         self._closed_reason: str | None = None
 
@@ -300,16 +300,31 @@ class BrokerConnection:
 
     async def _send_versioned(self, api_key: int, version: int, request: Mapping[str, Any] | Any, *,
                               expect_response: bool = True, timeout_s: float | None = None) -> Any:
-        if self._closed_reason is not None or self._transport is None:
-            raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed: {self._closed_reason}")
         if isinstance(request, Mapping):
             request = build_entity(request_class(api_key, version), request)
+        return await self._exchange(
+            api_key, version, lambda correlation_id: encode_request(api_key, version, correlation_id, self.client_id,
+                                                                    request),
+            decode=True, expect_response=expect_response, timeout_s=timeout_s)
+
+    async def send_raw(self, api_key: int, version: int, encode: Callable[[int], bytes], *,
+                       timeout_s: float | None = None) -> bytes | memoryview:
+        """Send the request frame ``encode(correlation_id)`` builds (size prefix included) and return
+        the response frame undecoded. A large frame is a view into this connection's receive buffer,
+        valid until the next large response starts to arrive: read it before the next request."""
+        return await self._exchange(api_key, version, encode, decode=False, expect_response=True,
+                                    timeout_s=timeout_s)
+
+    async def _exchange(self, api_key: int, version: int, encode: Callable[[int], bytes], *, decode: bool,
+                        expect_response: bool, timeout_s: float | None) -> Any:
+        if self._closed_reason is not None or self._transport is None:
+            raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed: {self._closed_reason}")
         correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
-        frame = encode_request(api_key, version, correlation_id, self.client_id, request)
+        frame = encode(correlation_id)
         future: asyncio.Future | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()
-            self._pending[correlation_id] = (api_key, version, future)
+            self._pending[correlation_id] = (api_key, version, future, decode)
         try:
             self._transport.write(frame)
             await self._protocol.drain()
@@ -338,8 +353,11 @@ class BrokerConnection:
         if entry is None:
             self._fail(f"response with unknown correlation id {correlation_id}")
             return False
-        api_key, version, future = entry
+        api_key, version, future, decode = entry
         if future.done():
+            return True
+        if not decode:
+            future.set_result(frame)
             return True
         try:
             _, response = decode_response(api_key, version, frame)
@@ -354,7 +372,7 @@ class BrokerConnection:
         if self._closed_reason is None:
             self._closed_reason = reason
         pending, self._pending = self._pending, {}
-        for _, _, future in pending.values():
+        for _, _, future, _ in pending.values():
             if not future.done():
                 future.set_exception(BrokerConnectionError(
                     f"connection to {self.host}:{self.port} closed ({reason})", request_sent=True))

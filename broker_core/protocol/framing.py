@@ -55,11 +55,12 @@ class FrameDecoder:
     once each. A frame larger than ``large_frame_bytes`` (a produce request, a fetch response) gets a
     buffer of its own as soon as its size is known, and the rest of it is received straight into
     that buffer, which is handed back as a read-only memoryview: its bytes are not copied again.
-    That memoryview is valid until the next `receive_buffer()`, which releases it and reuses its
-    buffer for the next large frame (a fresh, zeroed buffer per frame cost the broker about a tenth
-    of its CPU under replicated load); a caller that holds on to the frame gets a ValueError, never
-    bytes of a later frame, and a buffer still referenced through a slice of the frame is left to
-    that slice's holder while the next frame takes a new one.
+    That memoryview is valid until the next large frame starts to arrive, which releases it and
+    reuses its buffer (a fresh, zeroed buffer per frame cost the broker about a tenth of its CPU
+    under replicated load); a caller that holds on to the frame gets a ValueError, never bytes of a
+    later frame, and a buffer still referenced through a slice of the frame is left to that slice's
+    holder while the next frame takes a new one. (Not at the next `receive_buffer()`: an event loop
+    may ask for the buffer again as soon as a frame is complete, before its reader has run.)
     `feed(data)` does the same for bytes that are already in memory.
 
     Not thread-safe: one decoder per connection, fed by that connection's reader.
@@ -84,8 +85,6 @@ class FrameDecoder:
 
     def receive_buffer(self) -> memoryview:
         """Where the next received bytes go (never past the end of a large frame being filled)."""
-        if self._handed_out is not None:
-            self._reclaim()
         if self._large is not None:
             return memoryview(self._large)[self._large_filled:self._large_size]
         return memoryview(self._staging)[self._end:]
@@ -105,6 +104,8 @@ class FrameDecoder:
             self._spare = buffer
 
     def _large_buffer(self, size: int) -> bytearray:
+        if self._handed_out is not None:
+            self._reclaim()
         spare, self._spare = self._spare, None
         if spare is not None and size <= len(spare) <= 4 * size:
             return spare

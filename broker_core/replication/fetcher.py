@@ -1,7 +1,8 @@
 """Follower side of replication: one fetcher per leader broker pulls every partition followed there.
 
 A fetcher holds one connection to its leader and sends Fetch requests with this broker's replica id
-for all its partitions at once. Before a partition's first fetch under a new leader epoch it asks
+for all its partitions at once (Fetch v12, encoded and parsed by `protocol.replica_fetch`, the
+records appended straight from the response's receive buffer). Before a partition's first fetch under a new leader epoch it asks
 the leader, with OffsetForLeaderEpoch, where this replica's latest epoch ends on the leader, and
 truncates any divergent tail (KIP-101/279). Fetched batches are appended as they are (offsets and
 epochs from the leader), the leader's high watermark is adopted up to the local log end, and the
@@ -19,7 +20,6 @@ long poll lasts past the moment a stalled partition is due to be retried.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,6 +29,14 @@ from kio.schema.errors import ErrorCode
 from broker_core.client import BrokerConnection, ClientError
 from broker_core.log.errors import LogError
 from broker_core.protocol.messages import build_entity, request_class
+from broker_core.protocol.replica_fetch import (
+    FETCH_VERSION,
+    FetchedPartition,
+    FetchPosition,
+    ReplicaFetchFormatError,
+    encode_replica_fetch,
+    parse_fetch_response,
+)
 from broker_core.records.errors import RecordsError
 
 if TYPE_CHECKING:
@@ -223,28 +231,19 @@ class ReplicaFetcher:
         due = [f.stalled_until - now for f in self.partitions.values() if f.stalled_until > now]
         if due:
             wait_ms = min(wait_ms, int(min(due) * 1000))
-        by_topic: dict[str, list[dict]] = {}
+        max_bytes = config.get_int("replica.fetch.max.bytes")
+        positions: dict[str, list[FetchPosition]] = {}
         for f in followed:
-            by_topic.setdefault(f.partition.topic, []).append({
-                "partition": f.partition.index,
-                "current_leader_epoch": f.leader_epoch,
-                "fetch_offset": f.partition.log_end_offset,
-                "last_fetched_epoch": -1,
-                "log_start_offset": f.partition.log_start_offset,
-                "partition_max_bytes": config.get_int("replica.fetch.max.bytes"),
-            })
-        request = asyncio.ensure_future(connection.send(FETCH, {
-            "replica_id": config.broker_id,
-            "max_wait": _ms(wait_ms),
-            "min_bytes": 1,
-            "max_bytes": config.get_int("replica.fetch.response.max.bytes"),
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [{"topic": t, "topic_id": None, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }, timeout_s=config.get_int("request.timeout.ms") / 1000 + config.get_int("replica.fetch.wait.max.ms") / 1000))
+            positions.setdefault(f.partition.topic, []).append(FetchPosition(
+                f.partition.index, f.leader_epoch, f.partition.log_end_offset, f.partition.log_start_offset, max_bytes))
+        if connection.version_for(FETCH) != FETCH_VERSION:
+            raise ClientError(f"leader {self.leader_id} does not serve Fetch v{FETCH_VERSION}")
+        request = asyncio.ensure_future(connection.send_raw(
+            FETCH, FETCH_VERSION,
+            lambda correlation_id: encode_replica_fetch(
+                correlation_id, connection.client_id, replica_id=config.broker_id, max_wait_ms=wait_ms, min_bytes=1,
+                max_bytes=config.get_int("replica.fetch.response.max.bytes"), topics=positions),
+            timeout_s=config.get_int("request.timeout.ms") / 1000 + config.get_int("replica.fetch.wait.max.ms") / 1000))
         changed = asyncio.ensure_future(self._membership_changed.wait())
         try:
             await asyncio.wait((request, changed), return_when=asyncio.FIRST_COMPLETED)
@@ -259,20 +258,24 @@ class ReplicaFetcher:
                 await self._close_connection()
         if request.cancelled():
             return
+        try:
+            # Parsed at once: the records are views into the connection's receive buffer.
+            _, _, answers = parse_fetch_response(request.result())
+        except ReplicaFetchFormatError as exc:
+            raise ClientError(f"unreadable Fetch response from leader {self.leader_id}: {exc}") from exc
         refused = False
-        for topic in request.result().responses:
-            for answer in topic.partitions:
-                f = self.partitions.get((topic.topic, answer.partition_index))
-                if f is None:
-                    continue
-                refused |= await self._apply(connection, f, answer)
+        for answer in answers:
+            f = self.partitions.get((answer.topic, answer.partition))
+            if f is None:
+                continue
+            refused |= await self._apply(connection, f, answer)
         if not refused:
             self._trouble_since = None
 
-    async def _apply(self, connection: BrokerConnection, f: FollowedPartition, answer: object) -> bool:
+    async def _apply(self, connection: BrokerConnection, f: FollowedPartition, answer: FetchedPartition) -> bool:
         """Take one partition's answer; True if the leader refused the partition."""
         partition = f.partition
-        code = answer.error_code
+        code = ErrorCode(answer.error_code)
         if code == ErrorCode.offset_out_of_range:
             await self._reset_out_of_range(connection, f)
             return False
@@ -354,7 +357,3 @@ class ReplicaFetcherManager:
         while self.fetchers:
             _, fetcher = self.fetchers.popitem()
             await fetcher.stop()
-
-
-def _ms(value: int) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=value)
