@@ -3,13 +3,17 @@
 Replicated throughput: one confluent-kafka Producer (one client thread) sends the same number of
 same-sized records to a topic with replication factor 3 and min.insync.replicas=2 with acks=all, and
 to a topic with replication factor 1 with acks=1; the ratio of the median rates (RF 3 / RF 1) is
-what synchronous replication costs. The RF 3 topic is also written with acks=1 (asynchronous
-replication, Kafka's other 2014 figure). Each run also reads the brokers' CPU time. Both topics have six partitions, as in Kafka's 2014 "2 million
-writes per second" benchmark (100-byte records, synchronous-replication ratio 0.51); the runs
-alternate which topic goes first. The client is the same in both: linger.ms=5, no idempotence (it
-would force acks=all), no compression. Two record sizes: 100 bytes, where one Python client thread
-may itself be the limit, and 1000 bytes, where the brokers are; to tell which, each run also times
-the client's own ceiling (the same produce loop with no broker to send to).
+what synchronous replication costs. RF 3 is also written with acks=1 (asynchronous replication,
+Kafka's other 2014 figure). Each timed case writes to a six-partition topic created for it and
+deleted after it (as in Kafka's 2014 "2 million writes per second" benchmark: 100-byte records,
+synchronous-replication ratio 0.51), so that no case pays for the page cache an earlier one filled;
+the runs rotate which case goes first, and each case starts and ends with idle brokers so that it is
+charged its own followers' CPU. The client is the same in all: linger.ms=5, no idempotence (it would
+force acks=all), no compression. Two record sizes: 100 bytes, where one Python client thread may
+itself be the limit, and 1000 bytes, where the brokers are; to tell which, each run also times the
+client's own ceiling (the same produce loop with no broker to send to). Throughput is measured under
+each broker timing profile (below): Kafka's defaults are what a broker runs unless told otherwise;
+the test stack's faster metadata polling costs a few tenths of a CPU on this shared machine.
 
 Failover time: an idempotent acks=all librdkafka producer writes one record every 5 ms to one
 partition of an RF 3 topic; the partition's leader is SIGKILLed. From the kill the bench times the
@@ -22,8 +26,8 @@ for a leader that is also the controller (the lease must move first), under two 
 profiles: the test stack's (3 s session timeout) and Kafka's defaults (9 s). After each trial the
 killed broker is restarted and every replica is back in sync before the next.
 
-    .venv/bin/python bench/replication_bench.py [--records 1000000] [--runs 3] [--failovers 3]
-        [--profiles test,defaults]
+    .venv/bin/python bench/replication_bench.py [--sizes 100:1000000,1000:300000] [--runs 3]
+        [--failovers 3] [--profiles test,defaults] [--skip-throughput]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import itertools
 import json
 import os
 import signal
@@ -160,28 +165,50 @@ def wait_for_quiet_brokers(stack: LocalStack, busy_cpus: float = 0.25, window_s:
     raise BenchError(f"the brokers were still busy {timeout_s:.0f} s after a run")
 
 
+_TOPIC_NUMBERS = itertools.count()
+
+
+def timed_case(stack: LocalStack, store: MetadataStore, admin: AdminClient, prefix: str, replication: int,
+               acks: str, records: int, value_bytes: int) -> tuple[float, float]:
+    """(records per second, broker CPU seconds) of one case, on a topic created for it and deleted after."""
+    topic = f"{prefix}-{next(_TOPIC_NUMBERS)}"
+    create_topic(admin, topic, THROUGHPUT_PARTITIONS, replication,
+                 {"min.insync.replicas": "2"} if replication == 3 else {})
+    wait_until(f"{topic} in sync", lambda: in_sync(store, topic))
+    wait_for_quiet_brokers(stack)
+    cpu_before = broker_cpu_seconds(stack)
+    rate = produce_all(stack.bootstrap_servers, topic, acks, records, value_bytes)
+    wait_for_quiet_brokers(stack)  # so the followers' catch-up after acks=1 counts too
+    cpu = broker_cpu_seconds(stack) - cpu_before
+    admin.delete_topics([topic])[topic].result(timeout=60)
+    return rate, cpu
+
+
 def measure_throughput(stack: LocalStack, store: MetadataStore, cases: list[tuple[int, int]],
                        runs: int) -> list[dict[str, Any]]:
-    """For each (value bytes, records per run): RF 1 / acks=1 against RF 3 / acks=all, alternating."""
+    """For each (value bytes, records per run): RF 1 / acks=1 against RF 3 / acks=all, alternating.
+
+    Every timed case writes to a topic created for it and deleted after it. Kept, the topics of
+    earlier cases would grow the page cache by gigabytes, and on the virtual machines this was
+    measured on, once the page cache had grown by a few GB every further byte written cost the
+    brokers about three times the CPU (RF 3, acks=all: 12-15 instead of 4.6 CPU-seconds per
+    million 1000-byte records): later cases, RF 3 most, would be charged for what earlier ones wrote.
+    """
     admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
     results = []
     for value_bytes, records in cases:
-        rf1_topic, rf3_topic = f"bench-rf1-{value_bytes}b", f"bench-rf3-{value_bytes}b"
-        create_topic(admin, rf1_topic, THROUGHPUT_PARTITIONS, 1, {})
-        create_topic(admin, rf3_topic, THROUGHPUT_PARTITIONS, 3, {"min.insync.replicas": "2"})
-        wait_until("RF 3 topic in sync", lambda topic=rf3_topic: in_sync(store, topic))
-        topics = [("rf1", rf1_topic, "1"), ("rf3", rf3_topic, "all"), ("rf3_acks1", rf3_topic, "1")]
-        for _, topic, acks in topics:  # warm-up: segments created, code paths hot
-            produce_all(stack.bootstrap_servers, topic, acks, max(records // 10, 1000), value_bytes)
-        rates: dict[str, list[float]] = {name: [] for name, _, _ in topics} | {"client": []}
-        cpu: dict[str, list[float]] = {name: [] for name, _, _ in topics}  # broker CPU s per million records
+        cases_ = [("rf1", 1, "1"), ("rf3", 3, "all"), ("rf3_acks1", 3, "1")]
+        for name, replication, acks in cases_:  # warm-up: code paths hot
+            timed_case(stack, store, admin, f"bench-{name}-{value_bytes}b", replication, acks,
+                       max(records // 10, 1000), value_bytes)
+        rates: dict[str, list[float]] = {name: [] for name, _, _ in cases_} | {"client": []}
+        cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases_}  # broker CPU s per million records
         for run in range(runs):
-            for name, topic, acks in topics[run % 3:] + topics[:run % 3]:
-                wait_for_quiet_brokers(stack)
-                cpu_before = broker_cpu_seconds(stack)
-                rates[name].append(round(produce_all(stack.bootstrap_servers, topic, acks, records, value_bytes)))
-                wait_for_quiet_brokers(stack)  # so the followers' catch-up after acks=1 counts too
-                cpu[name].append(round((broker_cpu_seconds(stack) - cpu_before) / records * 1e6, 2))
+            for name, replication, acks in cases_[run % 3:] + cases_[:run % 3]:
+                rate, cpu_s = timed_case(stack, store, admin, f"bench-{name}-{value_bytes}b", replication, acks,
+                                         records, value_bytes)
+                rates[name].append(round(rate))
+                cpu[name].append(round(cpu_s / records * 1e6, 2))
             rates["client"].append(round(client_ceiling(min(records, CEILING_RECORDS), value_bytes)))
             print(f"  {value_bytes} B run {run + 1}: rf1 {rates['rf1'][-1]:9d}  rf3 {rates['rf3'][-1]:9d}  "
                   f"rf3 acks=1 {rates['rf3_acks1'][-1]:9d}  client ceiling {rates['client'][-1]:9d} records/s; "
@@ -208,6 +235,7 @@ def measure_throughput(stack: LocalStack, store: MetadataStore, cases: list[tupl
             "rf3_broker_cpu_s_per_million_records": cpu["rf3"],
             "rf3_acks1_broker_cpu_s_per_million_records": cpu["rf3_acks1"],
             "broker_cpu_cost_rf3_over_rf1": round(statistics.median(cpu["rf3"]) / statistics.median(cpu["rf1"]), 3),
+            "per_run_ratios": [round(b / a, 3) for a, b in zip(rates["rf1"], rates["rf3"], strict=True)],
             "ratio": round(rf3 / rf1, 3),
             "async_ratio": round(rf3_acks1 / rf1, 3),
         })
@@ -373,6 +401,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="throughput runs per topic")
     parser.add_argument("--failovers", type=int, default=3, help="failover trials per case and profile")
     parser.add_argument("--profiles", default="test,defaults", help=f"failover profiles, from {sorted(PROFILES)}")
+    parser.add_argument("--skip-throughput", action="store_true", help="measure failover only")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "replication_bench.json")
     args = parser.parse_args()
     profiles = [name.strip() for name in args.profiles.split(",") if name.strip()]
@@ -385,20 +414,22 @@ def main() -> None:
         parser.error(f"unknown profiles {unknown}; choose from {sorted(PROFILES)}")
     throughput: dict[str, Any] = {}
     failover: dict[str, Any] = {}
-    for number, profile in enumerate(profiles):
+    for profile in profiles:
         overrides = PROFILES[profile]
         with tempfile.TemporaryDirectory(prefix="floe-replication-bench-") as directory:
             stack = LocalStack(directory=Path(directory), brokers=BROKERS, overrides=overrides)
             stack.start()
             try:
                 store = MetadataStore(stack.aws)
-                if number == 0:
+                if not args.skip_throughput:
                     print(f"throughput (records/s), profile {profile}:", flush=True)
-                    throughput = {
-                        "profile": profile, "partitions": THROUGHPUT_PARTITIONS, "producer": THROUGHPUT_PRODUCER,
-                        "goal": 0.6, "kafka_2014_ratio": 0.51, "kafka_2014_async_ratio": 0.958,
-                        "cases": measure_throughput(stack, store, cases, args.runs),
+                    throughput[profile] = {
+                        "broker_overrides": overrides, "partitions": THROUGHPUT_PARTITIONS,
+                        "producer": THROUGHPUT_PRODUCER, "goal": 0.6, "kafka_2014_ratio": 0.51,
+                        "kafka_2014_async_ratio": 0.958, "cases": measure_throughput(stack, store, cases, args.runs),
                     }
+                if args.failovers <= 0:
+                    continue
                 print(f"failover, profile {profile} {overrides}:", flush=True)
                 session_s = int(overrides["broker.session.timeout.ms"]) / 1000
                 failover[profile] = {"broker_overrides": overrides,
@@ -414,10 +445,11 @@ def main() -> None:
         "throughput": throughput,
         "failover": failover,
     }
-    for case in throughput["cases"]:
-        print(f"replicated throughput ratio, {case['record_value_bytes']} B records: {case['ratio']:.3f} (goal >= 0.6), "
-              f"{case['async_ratio']:.3f} with acks=1; RF 1 ran at {case['rf1_share_of_client_ceiling']:.0%} of the "
-              f"client's own ceiling")
+    for profile, measured in throughput.items():
+        for case in measured["cases"]:
+            print(f"replicated throughput ratio ({profile}), {case['record_value_bytes']} B records: "
+                  f"{case['ratio']:.3f} (goal >= 0.6; per run {case['per_run_ratios']}), {case['async_ratio']:.3f} "
+                  f"with acks=1; RF 1 ran at {case['rf1_share_of_client_ceiling']:.0%} of the client's own ceiling")
     for profile, measured in failover.items():
         print(f"failover ({profile}): {measured['leader']['median_session_timeouts']:.2f}x the session timeout "
               f"(goal <= 1.2; librdkafka resumes at {measured['leader']['median_client_session_timeouts']:.2f}x), "
