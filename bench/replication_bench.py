@@ -148,37 +148,53 @@ def client_ceiling(records: int, value_bytes: int) -> float:
     return records / elapsed
 
 
-def wait_for_quiet_brokers(stack: LocalStack, busy_cpus: float = 0.25, window_s: float = 1.0,
+def broker_cpu_by_id(stack: LocalStack) -> dict[int, float]:
+    return {broker_id: sum(psutil.Process(broker.pid).cpu_times()[:2]) for broker_id, broker in stack.processes.items()}
+
+
+def idle_broker_cpus(stack: LocalStack, window_s: float = 3.0) -> float:
+    """CPUs the brokers use with nothing to do (heartbeats, metadata polls, controller duty)."""
+    before = broker_cpu_seconds(stack)
+    time.sleep(window_s)
+    return (broker_cpu_seconds(stack) - before) / window_s
+
+
+def wait_for_quiet_brokers(stack: LocalStack, idle_cpus: float, busy_cpus: float = 0.25, window_s: float = 1.0,
                            timeout_s: float = 120.0) -> None:
-    """Wait until the brokers together use less than ``busy_cpus`` CPUs over a ``window_s`` window.
+    """Wait until the brokers together use less than ``busy_cpus`` CPUs more than ``idle_cpus`` (what
+    they use with nothing to do) over a ``window_s`` window.
 
     After an acks=1 run on the RF 3 topic the followers are still fetching what the leader took;
     without this wait the next case (whichever the rotation puts there) would run against that
     catch-up and be charged its CPU.
     """
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        before = broker_cpu_seconds(stack)
+    while True:
+        before = broker_cpu_by_id(stack)
         time.sleep(window_s)
-        if broker_cpu_seconds(stack) - before < busy_cpus * window_s:
+        after = broker_cpu_by_id(stack)
+        used = {broker_id: round((after[broker_id] - before[broker_id]) / window_s, 2) for broker_id in after}
+        if sum(used.values()) < idle_cpus + busy_cpus:
             return
-    raise BenchError(f"the brokers were still busy {timeout_s:.0f} s after a run")
+        if time.monotonic() > deadline:
+            raise BenchError(f"the brokers were still busy {timeout_s:.0f} s after a run: CPUs by broker {used}, "
+                             f"idle {idle_cpus:.2f}")
 
 
 _TOPIC_NUMBERS = itertools.count()
 
 
-def timed_case(stack: LocalStack, store: MetadataStore, admin: AdminClient, prefix: str, replication: int,
-               acks: str, records: int, value_bytes: int) -> tuple[float, float]:
+def timed_case(stack: LocalStack, store: MetadataStore, admin: AdminClient, idle_cpus: float, prefix: str,
+               replication: int, acks: str, records: int, value_bytes: int) -> tuple[float, float]:
     """(records per second, broker CPU seconds) of one case, on a topic created for it and deleted after."""
     topic = f"{prefix}-{next(_TOPIC_NUMBERS)}"
     create_topic(admin, topic, THROUGHPUT_PARTITIONS, replication,
                  {"min.insync.replicas": "2"} if replication == 3 else {})
     wait_until(f"{topic} in sync", lambda: in_sync(store, topic))
-    wait_for_quiet_brokers(stack)
+    wait_for_quiet_brokers(stack, idle_cpus)
     cpu_before = broker_cpu_seconds(stack)
     rate = produce_all(stack.bootstrap_servers, topic, acks, records, value_bytes)
-    wait_for_quiet_brokers(stack)  # so the followers' catch-up after acks=1 counts too
+    wait_for_quiet_brokers(stack, idle_cpus)  # so the followers' catch-up after acks=1 counts too
     cpu = broker_cpu_seconds(stack) - cpu_before
     admin.delete_topics([topic])[topic].result(timeout=60)
     return rate, cpu
@@ -195,18 +211,19 @@ def measure_throughput(stack: LocalStack, store: MetadataStore, cases: list[tupl
     million 1000-byte records): later cases, RF 3 most, would be charged for what earlier ones wrote.
     """
     admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    idle_cpus = idle_broker_cpus(stack)
     results = []
     for value_bytes, records in cases:
         cases_ = [("rf1", 1, "1"), ("rf3", 3, "all"), ("rf3_acks1", 3, "1")]
         for name, replication, acks in cases_:  # warm-up: code paths hot
-            timed_case(stack, store, admin, f"bench-{name}-{value_bytes}b", replication, acks,
+            timed_case(stack, store, admin, idle_cpus, f"bench-{name}-{value_bytes}b", replication, acks,
                        max(records // 10, 1000), value_bytes)
         rates: dict[str, list[float]] = {name: [] for name, _, _ in cases_} | {"client": []}
         cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases_}  # broker CPU s per million records
         for run in range(runs):
             for name, replication, acks in cases_[run % 3:] + cases_[:run % 3]:
-                rate, cpu_s = timed_case(stack, store, admin, f"bench-{name}-{value_bytes}b", replication, acks,
-                                         records, value_bytes)
+                rate, cpu_s = timed_case(stack, store, admin, idle_cpus, f"bench-{name}-{value_bytes}b",
+                                         replication, acks, records, value_bytes)
                 rates[name].append(round(rate))
                 cpu[name].append(round(cpu_s / records * 1e6, 2))
             rates["client"].append(round(client_ceiling(min(records, CEILING_RECORDS), value_bytes)))
@@ -220,6 +237,7 @@ def measure_throughput(stack: LocalStack, store: MetadataStore, cases: list[tupl
         results.append({
             "record_value_bytes": value_bytes,
             "records_per_run": records,
+            "idle_broker_cpus": round(idle_cpus, 3),
             "rf1_acks1_records_per_s": rates["rf1"],
             "rf3_acksall_records_per_s": rates["rf3"],
             "rf3_acks1_records_per_s": rates["rf3_acks1"],

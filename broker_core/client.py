@@ -2,8 +2,9 @@
 
 The Lambda front ends, the `floe` CLI, the demo and the benchmarks talk to brokers through this
 module. `BrokerConnection` is one TCP connection: it negotiates a version per API with ApiVersions
-when it opens, then pipelines requests (each waits on a future keyed by its correlation id, and one
-reader task resolves them in whatever order responses arrive). `FloeClient` sits on top: it keeps
+when it opens, then pipelines requests (each waits on a future keyed by its correlation id, which
+the connection's protocol resolves as responses arrive, in whatever order; responses are received
+in place, see FrameDecoder). `FloeClient` sits on top: it keeps
 a metadata cache (brokers, topics, partition leaders) and two connections per broker, one for
 fetches so that a long poll never holds up a produce; it sends each request to the partition's
 leader and retries errors Kafka marks retriable, refreshing metadata first when the error says the
