@@ -220,6 +220,10 @@ class Broker:
                     return  # the broker is stopping
                 if started >= asked_at:
                     return
+                if self._catch_up is check:
+                    # Finished before its done callback ran (this caller arrived in between). Drop it
+                    # here: looping on a finished future would never yield to the event loop.
+                    self._catch_up = None
                 continue  # it started before this call: it may have missed what the caller asks about
             wait_s = self._catch_up_started + min_interval_s - loop.time()
             if wait_s > 0:

@@ -7,6 +7,8 @@ topic created after start-up it learned from the catch-up a request triggered.
 from __future__ import annotations
 
 import asyncio
+import threading
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +18,7 @@ from broker_core.client import EARLIEST, FloeClient, KafkaError
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
 from broker_core.records import SimpleRecord
+from broker_core.server.broker import Broker
 from tests.support.stack import running_stack
 
 
@@ -55,3 +58,31 @@ def test_a_topic_that_does_not_exist_is_still_unknown(stack: LocalStack) -> None
             assert raised.value.code == ErrorCode.unknown_topic_or_partition
 
     asyncio.run(run())
+
+
+def test_a_caller_arriving_after_a_check_finished_but_before_its_cleanup_ran_waits_for_a_new_check() -> None:
+    # The window between a check's completion and its done callback: the caller must not take the
+    # finished check for a running one and loop on it without ever yielding to the event loop.
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        polls: list[float] = []
+
+        async def poll() -> None:
+            polls.append(loop.time())
+
+        broker = types.SimpleNamespace(_stopping=False, _checked_poll=poll)
+        broker._start_catch_up = lambda: Broker._start_catch_up(broker)
+        broker._catch_up_done = lambda check: Broker._catch_up_done(broker, check)
+        finished = loop.create_future()
+        finished.set_result(None)  # done, its cleanup callback not run yet
+        broker._catch_up, broker._catch_up_started = finished, loop.time() - 1.0
+        await Broker.catch_up_metadata(broker, min_interval_s=0.01)
+        return len(polls)
+
+    outcome: list[int] = []
+    # In a thread: a caller spinning without yielding would block any timeout on its own loop.
+    thread = threading.Thread(target=lambda: outcome.append(asyncio.run(scenario())), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "catch_up_metadata looped on a finished check without yielding"
+    assert outcome == [1]  # one new check, started after the caller asked
