@@ -115,16 +115,26 @@ def wait_for_s3(api: HttpApi, topic: str, offset: int, timeout_s: float = 60.0) 
         time.sleep(0.3)
 
 
-def tiered_values(api: HttpApi, topic: str, start: int) -> list[tuple[int, str]]:
-    """Every record from ``start`` on that S3 holds, following next_offset from call to call."""
+def tiered_values(api: HttpApi, topic: str, start: int, end: int | None = None) -> list[tuple[int, str]]:
+    """Records read from S3 from ``start`` on, following next_offset from call to call.
+
+    With ``end`` (every offset below it already tiered), each step waits for S3: each of the front
+    end's worker processes caches the segment list for 10 s, and a worker whose list predates a
+    segment sends that read to the broker until its list is renewed. Without it, the walk stops at
+    the first answer not from S3 (with the brokers down, stale workers re-read the list instead).
+    """
     found = []
     offset = start
-    while True:
-        body = api.get(f"/v1/topics/{topic}/partitions/0/records?offset={offset}&format=string").body
-        if body.get("source") != "s3":
-            return found
+    while end is None or offset < end:
+        if end is None:
+            body = api.get(f"/v1/topics/{topic}/partitions/0/records?offset={offset}&format=string").body
+            if body.get("source") != "s3":
+                return found
+        else:
+            body = wait_for_s3(api, topic, offset)
         found += [(r["offset"], r["value"]["data"]) for r in body["records"]]
         offset = body["next_offset"]
+    return found
 
 
 def test_offsets_below_the_local_log_start_are_read_from_s3(api: HttpApi, make_topic: Callable[..., str]) -> None:
@@ -136,11 +146,10 @@ def test_offsets_below_the_local_log_start_are_read_from_s3(api: HttpApi, make_t
     assert first["high_watermark"] is None
     assert first["records"][0] == {"offset": 0, "timestamp": first["records"][0]["timestamp"], "key": None,
                                    "value": {"type": "STRING", "data": values[0]}, "headers": []}
-    from_s3 = tiered_values(api, topic, 0)
-    assert len(from_s3) >= 40
+    wait_for_s3(api, topic, 40)  # offsets 0-40 are all in S3 by now
+    from_s3 = tiered_values(api, topic, 0, 41)
+    assert len(from_s3) >= 41
     assert from_s3 == [(n, values[n]) for n in range(len(from_s3))]
-    # Each of the front end's worker processes caches the segment list for 10 s, so a worker whose
-    # list predates the segment holding 25 sends that read to the broker until its list is renewed.
     middle = wait_for_s3(api, topic, 25)
     assert [(r["offset"], r["value"]["data"]) for r in middle["records"]][0] == (25, values[25])
 
