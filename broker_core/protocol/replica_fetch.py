@@ -17,6 +17,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from broker_core.records.varint import write_unsigned_varint
+
 FETCH_KEY = 1
 FETCH_VERSION = 12
 
@@ -52,39 +54,30 @@ class FetchedPartition:
     records: memoryview | None  # a view into the response frame, None for a null records field
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _compact_string(value: str) -> bytes:
-    encoded = value.encode()
-    return _uvarint(len(encoded) + 1) + encoded
-
-
 def encode_replica_fetch(correlation_id: int, client_id: str, *, replica_id: int, max_wait_ms: int, min_bytes: int,
                          max_bytes: int, topics: dict[str, list[FetchPosition]]) -> bytes:
     """A whole Fetch v12 request frame (size prefix included), as a follower sends it: no fetch session,
     no forgotten topics, no rack, read-uncommitted, last fetched epoch unknown (-1)."""
     client = client_id.encode()
-    parts = [_REQUEST_HEADER.pack(FETCH_KEY, FETCH_VERSION, correlation_id, len(client)), client, b"\x00",
-             _REQUEST_FIXED.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1),
-             _uvarint(len(topics) + 1)]
+    out = bytearray(_INT32.size)  # the size prefix, filled in last
+    out += _REQUEST_HEADER.pack(FETCH_KEY, FETCH_VERSION, correlation_id, len(client))
+    out += client
+    out += b"\x00"  # header tagged fields
+    out += _REQUEST_FIXED.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1)
+    write_unsigned_varint(out, len(topics) + 1)
     for name, positions in topics.items():
-        parts.append(_compact_string(name))
-        parts.append(_uvarint(len(positions) + 1))
+        encoded = name.encode()
+        write_unsigned_varint(out, len(encoded) + 1)
+        out += encoded
+        write_unsigned_varint(out, len(positions) + 1)
         for p in positions:
-            parts.append(_PARTITION.pack(p.partition, p.current_leader_epoch, p.fetch_offset, -1, p.log_start_offset,
-                                         p.partition_max_bytes))
-            parts.append(b"\x00")  # partition tagged fields
-        parts.append(b"\x00")  # topic tagged fields
-    parts.append(b"\x01\x01\x00")  # forgotten topics: empty; rack id: ""; request tagged fields
-    body = b"".join(parts)
-    return _INT32.pack(len(body)) + body
+            out += _PARTITION.pack(p.partition, p.current_leader_epoch, p.fetch_offset, -1, p.log_start_offset,
+                                   p.partition_max_bytes)
+            out += b"\x00"  # partition tagged fields
+        out += b"\x00"  # topic tagged fields
+    out += b"\x01\x01\x00"  # forgotten topics: empty; rack id: ""; request tagged fields
+    _INT32.pack_into(out, 0, len(out) - _INT32.size)
+    return bytes(out)
 
 
 class _Reader:

@@ -28,14 +28,14 @@ def write_varint(out: bytearray, value: int) -> None:
     """Append the zigzag varint of the int32 ``value`` to ``out``."""
     if not INT32_MIN <= value <= INT32_MAX:
         raise ValueError(f"varint value {value} is outside int32")
-    _write_unsigned(out, (value << 1) ^ (value >> 31))
+    write_unsigned_varint(out, (value << 1) ^ (value >> 31))
 
 
 def write_varlong(out: bytearray, value: int) -> None:
     """Append the zigzag varlong of the int64 ``value`` to ``out``."""
     if not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"varlong value {value} is outside int64")
-    _write_unsigned(out, (value << 1) ^ (value >> 63))
+    write_unsigned_varint(out, (value << 1) ^ (value >> 63))
 
 
 def encode_varint(value: int) -> bytes:
@@ -80,7 +80,9 @@ def decode_varlong(buf: Buffer, position: int) -> tuple[int, int]:
     return _decode_long_zigzag(buf, position, MAX_VARLONG_SIZE, _UINT64_MASK)
 
 
-def _write_unsigned(out: bytearray, unsigned: int) -> None:
+def write_unsigned_varint(out: bytearray, unsigned: int) -> None:
+    """Append ``unsigned`` as a plain (not zigzag) unsigned varint: the encoding under both the
+    record varints here and the protocol's compact lengths (UNSIGNED_VARINT)."""
     while unsigned >= 0x80:
         out.append((unsigned & 0x7F) | 0x80)
         unsigned >>= 7
