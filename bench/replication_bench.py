@@ -97,11 +97,12 @@ def in_sync(store: MetadataStore, topic: str) -> bool:
 
 def broker_cpu_seconds(stack: LocalStack) -> float:
     """User plus system CPU time the broker processes have used so far."""
-    total = 0.0
-    for broker in stack.processes.values():
-        times = psutil.Process(broker.pid).cpu_times()
-        total += times.user + times.system
-    return total
+    return sum(broker_cpu_by_id(stack).values())
+
+
+def broker_cpu_by_id(stack: LocalStack) -> dict[int, float]:
+    """User plus system CPU seconds so far, by broker id."""
+    return {broker_id: sum(psutil.Process(broker.pid).cpu_times()[:2]) for broker_id, broker in stack.processes.items()}
 
 
 def produce_all(bootstrap: str, topic: str, acks: str, records: int, value_bytes: int) -> float:
@@ -146,10 +147,6 @@ def client_ceiling(records: int, value_bytes: int) -> float:
     elapsed = time.perf_counter() - start
     producer.purge()
     return records / elapsed
-
-
-def broker_cpu_by_id(stack: LocalStack) -> dict[int, float]:
-    return {broker_id: sum(psutil.Process(broker.pid).cpu_times()[:2]) for broker_id, broker in stack.processes.items()}
 
 
 def idle_broker_cpus(stack: LocalStack, window_s: float = 3.0) -> float:

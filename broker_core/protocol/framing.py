@@ -80,7 +80,6 @@ class FrameDecoder:
         self._large_size = 0
         self._large_filled = 0
         self._handed_out: memoryview | None = None  # the last large frame given to the caller
-        self._handed_out_buffer: bytearray | None = None
         self._spare: bytearray | None = None  # its buffer once released, for the next large frame
 
     def receive_buffer(self) -> memoryview:
@@ -90,8 +89,8 @@ class FrameDecoder:
         return memoryview(self._staging)[self._end:]
 
     def _reclaim(self) -> None:
-        frame, buffer = self._handed_out, self._handed_out_buffer
-        self._handed_out = self._handed_out_buffer = None
+        frame, self._handed_out = self._handed_out, None
+        buffer = frame.obj  # the bytearray the frame is a view of
         try:
             frame.release()
             # Resizing a bytearray that any view still exports raises BufferError; shrinking by one
@@ -122,7 +121,7 @@ class FrameDecoder:
             if self._large_filled < self._large_size:
                 return []
             frame = memoryview(self._large)[:self._large_size].toreadonly()
-            self._handed_out, self._handed_out_buffer = frame, self._large
+            self._handed_out = frame
             self._large = None
             return [frame]
         self._end += count
