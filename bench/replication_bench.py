@@ -9,11 +9,13 @@ deleted after it (as in Kafka's 2014 "2 million writes per second" benchmark: 10
 synchronous-replication ratio 0.51), so that no case pays for the page cache an earlier one filled;
 the runs rotate which case goes first, and each case starts and ends with idle brokers so that it is
 charged its own followers' CPU. The client is the same in all: linger.ms=5, no idempotence (it would
-force acks=all), no compression. Two record sizes: 100 bytes, where one Python client thread may
-itself be the limit, and 1000 bytes, where the brokers are; to tell which, each run also times the
-client's own ceiling (the same produce loop with no broker to send to). Throughput is measured under
-each broker timing profile (below): Kafka's defaults are what a broker runs unless told otherwise;
-the test stack's faster metadata polling costs a few tenths of a CPU on this shared machine.
+force acks=all), no compression. Two record sizes: 100 bytes, where one Python client thread sets
+the pace, and 1000 bytes, where each record gives the brokers ten times the bytes to copy. To tell
+what sets the pace, each run also times the client's own ceiling (the same produce loop with no
+broker to send to), and each case records the CPUs no process used while it ran and the client's
+own CPU per record. Throughput is measured under each broker timing profile (below): Kafka's
+defaults are what a broker runs unless told otherwise; the test stack's faster metadata polling
+costs a few tenths of a CPU on this shared machine.
 
 Failover time: an idempotent acks=all librdkafka producer writes one record every 5 ms to one
 partition of an RF 3 topic; the partition's leader is SIGKILLed. From the kill the bench times the
@@ -105,8 +107,14 @@ def broker_cpu_by_id(stack: LocalStack) -> dict[int, float]:
     return {broker_id: sum(psutil.Process(broker.pid).cpu_times()[:2]) for broker_id, broker in stack.processes.items()}
 
 
-def produce_all(bootstrap: str, topic: str, acks: str, records: int, value_bytes: int) -> float:
-    """Send ``records`` values of ``value_bytes`` bytes, wait for every delivery report; returns records per second."""
+def produce_all(bootstrap: str, topic: str, acks: str, records: int, value_bytes: int,
+                usage: dict[str, float] | None = None) -> float:
+    """Send ``records`` values of ``value_bytes`` bytes, wait for every delivery report; returns records per second.
+
+    With ``usage``, also fills in how the timed part used the machine: ``idle_cpus``, the CPUs no
+    process used (idle plus I/O wait, from the system-wide counters), and ``client_cpus``, what this
+    process (the Python thread and librdkafka's threads) used.
+    """
     errors: list[str] = []
 
     def delivered(error: KafkaError | None, _message: Any) -> None:
@@ -116,6 +124,7 @@ def produce_all(bootstrap: str, topic: str, acks: str, records: int, value_bytes
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **THROUGHPUT_PRODUCER})
     producer.list_topics(topic, timeout=30)  # connections and metadata before the clock starts
     value = os.urandom(value_bytes)
+    machine_before, client_before = psutil.cpu_times(), psutil.Process().cpu_times()
     start = time.perf_counter()
     for _ in range(records):
         while True:
@@ -128,8 +137,13 @@ def produce_all(bootstrap: str, topic: str, acks: str, records: int, value_bytes
     if producer.flush(300) != 0:
         raise BenchError(f"{topic}: records still undelivered after 300 s")
     elapsed = time.perf_counter() - start
+    machine_after, client_after = psutil.cpu_times(), psutil.Process().cpu_times()
     if errors:
         raise BenchError(f"{topic}: {len(errors)} deliveries failed, e.g. {errors[0]}")
+    if usage is not None:
+        idle = (machine_after.idle + machine_after.iowait) - (machine_before.idle + machine_before.iowait)
+        client = (client_after.user + client_after.system) - (client_before.user + client_before.system)
+        usage.update(idle_cpus=idle / elapsed, client_cpus=client / elapsed)
     return records / elapsed
 
 
@@ -182,19 +196,21 @@ _TOPIC_NUMBERS = itertools.count()
 
 
 def timed_case(stack: LocalStack, store: MetadataStore, admin: AdminClient, idle_cpus: float, prefix: str,
-               replication: int, acks: str, records: int, value_bytes: int) -> tuple[float, float]:
-    """(records per second, broker CPU seconds) of one case, on a topic created for it and deleted after."""
+               replication: int, acks: str, records: int, value_bytes: int) -> tuple[float, float, dict[str, float]]:
+    """(records per second, broker CPU seconds, machine use as `produce_all` measures it) of one
+    case, on a topic created for it and deleted after."""
     topic = f"{prefix}-{next(_TOPIC_NUMBERS)}"
     create_topic(admin, topic, THROUGHPUT_PARTITIONS, replication,
                  {"min.insync.replicas": "2"} if replication == 3 else {})
     wait_until(f"{topic} in sync", lambda: in_sync(store, topic))
     wait_for_quiet_brokers(stack, idle_cpus)
     cpu_before = broker_cpu_seconds(stack)
-    rate = produce_all(stack.bootstrap_servers, topic, acks, records, value_bytes)
+    usage: dict[str, float] = {}
+    rate = produce_all(stack.bootstrap_servers, topic, acks, records, value_bytes, usage)
     wait_for_quiet_brokers(stack, idle_cpus)  # so the followers' catch-up after acks=1 counts too
     cpu = broker_cpu_seconds(stack) - cpu_before
     admin.delete_topics([topic])[topic].result(timeout=60)
-    return rate, cpu
+    return rate, cpu, usage
 
 
 def measure_throughput(stack: LocalStack, store: MetadataStore, cases: list[tuple[int, int]],
@@ -217,17 +233,23 @@ def measure_throughput(stack: LocalStack, store: MetadataStore, cases: list[tupl
                        max(records // 10, 1000), value_bytes)
         rates: dict[str, list[float]] = {name: [] for name, _, _ in cases_} | {"client": []}
         cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases_}  # broker CPU s per million records
+        idle: dict[str, list[float]] = {name: [] for name, _, _ in cases_}  # CPUs no process used
+        client_cost: dict[str, list[float]] = {name: [] for name, _, _ in cases_}  # client CPU us per record
         for run in range(runs):
             for name, replication, acks in cases_[run % 3:] + cases_[:run % 3]:
-                rate, cpu_s = timed_case(stack, store, admin, idle_cpus, f"bench-{name}-{value_bytes}b",
-                                         replication, acks, records, value_bytes)
+                rate, cpu_s, usage = timed_case(stack, store, admin, idle_cpus, f"bench-{name}-{value_bytes}b",
+                                                replication, acks, records, value_bytes)
                 rates[name].append(round(rate))
                 cpu[name].append(round(cpu_s / records * 1e6, 2))
+                idle[name].append(round(usage["idle_cpus"], 2))
+                client_cost[name].append(round(usage["client_cpus"] / rate * 1e6, 2))
             rates["client"].append(round(client_ceiling(min(records, CEILING_RECORDS), value_bytes)))
             print(f"  {value_bytes} B run {run + 1}: rf1 {rates['rf1'][-1]:9d}  rf3 {rates['rf3'][-1]:9d}  "
                   f"rf3 acks=1 {rates['rf3_acks1'][-1]:9d}  client ceiling {rates['client'][-1]:9d} records/s; "
                   f"broker CPU s per million records: rf1 {cpu['rf1'][-1]:.1f}, rf3 {cpu['rf3'][-1]:.1f}, "
-                  f"rf3 acks=1 {cpu['rf3_acks1'][-1]:.1f}", flush=True)
+                  f"rf3 acks=1 {cpu['rf3_acks1'][-1]:.1f}; idle CPUs: rf1 {idle['rf1'][-1]:.2f}, "
+                  f"rf3 {idle['rf3'][-1]:.2f}; client CPU us per record: rf1 {client_cost['rf1'][-1]:.2f}, "
+                  f"rf3 {client_cost['rf3'][-1]:.2f}", flush=True)
         rf1, rf3 = statistics.median(rates["rf1"]), statistics.median(rates["rf3"])
         rf3_acks1 = statistics.median(rates["rf3_acks1"])
         ceiling = statistics.median(rates["client"])
@@ -250,6 +272,12 @@ def measure_throughput(stack: LocalStack, store: MetadataStore, cases: list[tupl
             "rf3_broker_cpu_s_per_million_records": cpu["rf3"],
             "rf3_acks1_broker_cpu_s_per_million_records": cpu["rf3_acks1"],
             "broker_cpu_cost_rf3_over_rf1": round(statistics.median(cpu["rf3"]) / statistics.median(cpu["rf1"]), 3),
+            "rf1_idle_cpus": idle["rf1"],
+            "rf3_idle_cpus": idle["rf3"],
+            "rf3_acks1_idle_cpus": idle["rf3_acks1"],
+            "rf1_client_cpu_us_per_record": client_cost["rf1"],
+            "rf3_client_cpu_us_per_record": client_cost["rf3"],
+            "rf3_acks1_client_cpu_us_per_record": client_cost["rf3_acks1"],
             "per_run_ratios": [round(b / a, 3) for a, b in zip(rates["rf1"], rates["rf3"], strict=True)],
             "ratio": round(rf3 / rf1, 3),
             "async_ratio": round(rf3_acks1 / rf1, 3),
