@@ -17,7 +17,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker_core.records.varint import write_unsigned_varint
+from broker_core.records.errors import CorruptVarintError
+from broker_core.records.varint import decode_unsigned_varint, write_unsigned_varint
 
 FETCH_KEY = 1
 FETCH_VERSION = 12
@@ -95,18 +96,11 @@ class _Reader:
         return start
 
     def uvarint(self) -> int:
-        frame, value, shift = self.frame, 0, 0
-        while True:
-            if self.position >= len(frame):
-                raise ReplicaFetchFormatError("varint runs past the end of the frame")
-            byte = frame[self.position]
-            self.position += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise ReplicaFetchFormatError("varint longer than 5 bytes")
+        try:
+            value, self.position = decode_unsigned_varint(self.frame, self.position)
+        except CorruptVarintError as exc:
+            raise ReplicaFetchFormatError(str(exc)) from None
+        return value
 
     def unpack(self, layout: struct.Struct) -> tuple:
         return layout.unpack_from(self.frame, self.need(layout.size))

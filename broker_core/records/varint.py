@@ -89,8 +89,10 @@ def write_unsigned_varint(out: bytearray, unsigned: int) -> None:
     out.append(unsigned)
 
 
-def _decode_long_zigzag(buf: Buffer, position: int, max_size: int, mask: int) -> tuple[int, int]:
-    """The varint at ``position`` whose first byte has its continuation bit set."""
+def decode_unsigned_varint(buf: Buffer, position: int, max_size: int = MAX_VARINT_SIZE) -> tuple[int, int]:
+    """Decode the plain (not zigzag) unsigned varint at ``position``, at most ``max_size`` bytes long:
+    the encoding under the record varints here and the protocol's compact lengths. Returns (value,
+    position just after it)."""
     unsigned = 0
     shift = 0
     cursor = position
@@ -100,11 +102,16 @@ def _decode_long_zigzag(buf: Buffer, position: int, max_size: int, mask: int) ->
             cursor += 1
             unsigned |= (byte & 0x7F) << shift
             if byte < 0x80:
-                break
+                return unsigned, cursor
             if cursor - position >= max_size:
                 raise CorruptVarintError(f"varint longer than {max_size} bytes", position=position)
             shift += 7
     except IndexError:
         raise CorruptVarintError("varint runs past the end of the buffer", position=position) from None
+
+
+def _decode_long_zigzag(buf: Buffer, position: int, max_size: int, mask: int) -> tuple[int, int]:
+    """The varint at ``position`` whose first byte has its continuation bit set."""
+    unsigned, cursor = decode_unsigned_varint(buf, position, max_size)
     unsigned &= mask
     return (unsigned >> 1) ^ -(unsigned & 1), cursor

@@ -28,6 +28,7 @@ from broker_core.protocol.framing import (
 )
 from broker_core.protocol.messages import SUPPORTED_VERSIONS, build_entity, request_class
 from broker_core.records import SimpleRecord, build_batch
+from broker_core.records.varint import write_unsigned_varint
 
 # kio registers strategies for its primitive types but not for a records field.
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
@@ -234,12 +235,12 @@ def test_receiving_in_place_gives_back_the_frames_and_large_ones_unshared(
     assert decoder.buffered == 0
 
 
-def receive_whole(decoder: FrameDecoder, stream: bytes) -> list[bytes | memoryview]:
+def receive_whole(decoder: FrameDecoder, stream: bytes, most_per_recv: int | None = None) -> list[bytes | memoryview]:
     frames: list[bytes | memoryview] = []
     position = 0
     while position < len(stream):
         target = decoder.receive_buffer()
-        count = min(len(target), len(stream) - position)
+        count = min(len(target), len(stream) - position, most_per_recv or len(stream))
         target[:count] = stream[position:position + count]
         position += count
         frames += decoder.received(count)
@@ -279,13 +280,7 @@ def test_a_large_produce_request_received_in_place_decodes_like_its_bytes() -> N
     frame = encode_request(0, 9, 41, "in-place", build_entity(request_class(0, 9), {
         "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=1),
         "topic_data": [{"name": "t", "partition_data": [{"index": 3, "records": records}]}]}))
-    decoder = FrameDecoder()
-    received: list[bytes | memoryview] = []
-    for start in range(0, len(frame), 8192):  # a socket handing over 8 KiB at a time
-        piece = frame[start:start + 8192]
-        target = decoder.receive_buffer()
-        target[:len(piece)] = piece
-        received += decoder.received(len(piece))
+    received = receive_whole(FrameDecoder(), frame, most_per_recv=8192)  # a socket handing over 8 KiB at a time
     assert len(received) == 1 and isinstance(received[0], memoryview)  # took the large-frame path
     in_place, copied = decode_request(received[0]), decode_request(frame[4:])
     assert in_place == copied
@@ -306,11 +301,8 @@ def test_a_size_prefix_outside_the_allowed_range_is_a_framing_error(size: int) -
 
 def _unsigned_varint(value: int) -> bytes:
     out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        if not value:
-            return bytes(out + bytes([byte]))
-        out.append(byte | 0x80)
+    write_unsigned_varint(out, value)
+    return bytes(out)
 
 
 def _flexible_frame(api_key: int, version: int, body: bytes) -> bytes:
