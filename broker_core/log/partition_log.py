@@ -18,6 +18,7 @@ from typing import NamedTuple
 from broker_core.records.batch import decode_batch
 from broker_core.records.errors import CorruptBatchError
 from broker_core.records.header import (
+    OUTSIDE_CRC_PREFIX,
     BatchHeader,
     TimestampType,
     parse_header,
@@ -284,9 +285,10 @@ class PartitionLog:
         """Append a produce request's batches as leader: assign offsets from the log end and stamp ``leader_epoch``.
 
         Every batch is validated first (header sanity, max.message.bytes, CRC-32C, a record count
-        matching its offset range); on any error nothing is written. The input is copied once into a
-        bytearray in which baseOffset and partitionLeaderEpoch are rewritten (and, for a LogAppendTime
-        topic, the timestamp type, max timestamp and CRC).
+        matching its offset range); on any error nothing is written. The input is not modified: each
+        batch goes to the file as a patched copy of its first bytes (baseOffset, batchLength,
+        partitionLeaderEpoch) followed by the rest of it as given. On a LogAppendTime topic the
+        timestamp type, max timestamp and CRC change too, so those batches are copied whole.
         """
         view, batches = self._validate(records)
         now = wall_clock_ms() if now_ms is None else now_ms
@@ -300,8 +302,9 @@ class PartitionLog:
         if not batches:
             return AppendInfo(base_offset, base_offset - 1, -1, -1, -1, 0, 0)
         log_append_time = now if self._uses_log_append_time else -1
-        # The copy is private until written, so a check failing halfway through leaves nothing behind.
-        buffer = bytearray(view)
+        # The patched copies are private until written, so a check failing halfway through leaves
+        # nothing behind.
+        parts: list[bytearray | memoryview] = []
         described: list[AppendedBatch] = []
         next_offset = base_offset
         max_timestamp, offset_of_max = -1, -1
@@ -311,13 +314,17 @@ class PartitionLog:
                     f"record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}",
                     position=position,
                 )
-            set_base_offset(buffer, position, next_offset)
-            set_partition_leader_epoch(buffer, position, leader_epoch)
+            end = position + header.size
+            head = bytearray(view[position:end if log_append_time >= 0 else position + OUTSIDE_CRC_PREFIX])
+            set_base_offset(head, 0, next_offset)
+            set_partition_leader_epoch(head, 0, leader_epoch)
+            parts.append(head)
             last_offset = next_offset + header.last_offset_delta
             if log_append_time >= 0:
-                set_log_append_time(buffer, position, header.size, log_append_time)
+                set_log_append_time(head, 0, header.size, log_append_time)
                 batch_max_timestamp = log_append_time
             else:
+                parts.append(view[position + OUTSIDE_CRC_PREFIX:end])
                 batch_max_timestamp = header.max_timestamp
             if batch_max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max = batch_max_timestamp, last_offset
@@ -326,12 +333,12 @@ class PartitionLog:
 
         segment = active
         if active.should_roll(
-            len(buffer), next_offset - 1, now, segment_bytes=self._segment_bytes, segment_ms=self._segment_ms
+            len(view), next_offset - 1, now, segment_bytes=self._segment_bytes, segment_ms=self._segment_ms
         ):
             segment = self._roll_to(base_offset, now)
         if latest_epoch != leader_epoch:
             self.leader_epochs.assign(leader_epoch, base_offset)
-        segment.append(buffer, described)
+        segment.append(parts, described)
         if self._has_flush_policy:
             self._maybe_flush(now)
         return AppendInfo(
@@ -341,7 +348,7 @@ class PartitionLog:
             max_timestamp,
             offset_of_max,
             len(batches),
-            len(buffer),
+            len(view),
         )
 
     def append_as_follower(

@@ -7,6 +7,8 @@ sendfile, validate and repair itself after a crash, truncate, roll and delete it
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import mmap
 import os
 from collections.abc import Callable
@@ -34,8 +36,62 @@ TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 INT32_MAX = 2**31 - 1
 
+Buffer = bytes | bytearray | memoryview
 # (position in the appended buffer, batch size, last offset, max timestamp) of one batch being appended.
 AppendedBatch = tuple[int, int, int, int]
+
+# Disk blocks an append reserves past its own end (fallocate with FALLOC_FL_KEEP_SIZE: the file's size
+# does not change). Writing into reserved blocks skips ext4's per-page delayed-allocation work, which
+# costs a write of fresh bytes about 40% more CPU; sealing a segment gives back what it did not use.
+RESERVE_AHEAD_BYTES = 1 << 20
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
+_FALLOC_FL_KEEP_SIZE = 0x01
+
+
+def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).fallocate
+    except (AttributeError, OSError):  # not Linux: appends simply go without reserving
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    function.restype = ctypes.c_int
+    return function
+
+
+_fallocate = _load_fallocate()
+
+
+def _write_all(fd: int, parts: list[Buffer], offset: int) -> None:
+    """Write ``parts`` back to back from ``offset``, IOV_MAX buffers per pwritev call."""
+    for first in range(0, len(parts), _IOV_MAX):
+        chunk = parts[first:first + _IOV_MAX]
+        written = os.pwritev(fd, chunk, offset)
+        for part in chunk:
+            size = len(part)
+            if written < size:  # regular files rarely write short; finish the rest if they do
+                rest = memoryview(part)[written:]
+                while rest:
+                    done = os.pwrite(fd, rest, offset + size - len(rest))
+                    rest = rest[done:]
+            written = max(written - size, 0)
+            offset += size
+
+
+def reserve_blocks(fd: int, offset: int, length: int) -> bool:
+    """Allocate disk blocks for [offset, offset + length) of ``fd`` without changing its size.
+
+    False when nothing was reserved: a filesystem that cannot (the reservation is then never tried
+    again in this process), a full disk (the write that follows reports it) or an interrupted call.
+    """
+    global _fallocate
+    function = _fallocate
+    if function is None:
+        return False
+    if function(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    if ctypes.get_errno() in (errno.EOPNOTSUPP, errno.ENOSYS):
+        _fallocate = None
+    return False
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -107,6 +163,8 @@ class Segment:
         self._first_batch_timestamp: int | None = None
         self._created_ms = created_ms
         self._bytes_since_last_index_entry = 0
+        # End of the disk blocks reserved for this file (see RESERVE_AHEAD_BYTES); at least its size.
+        self._reserved_end = 0
         self.deleted = False
 
     # ---------------------------------------------------------------- construction
@@ -176,6 +234,8 @@ class Segment:
             created_ms=stat.st_mtime_ns // 1_000_000,
         )
         segment._end = (stat.st_size, base_offset)
+        # Blocks a crashed process reserved past the end are given back when the segment is sealed.
+        segment._reserved_end = max(stat.st_size, stat.st_blocks * 512)
         return segment, problem
 
     # ---------------------------------------------------------------- state
@@ -224,18 +284,22 @@ class Segment:
 
     # ---------------------------------------------------------------- writing
 
-    def append(self, data: bytes | bytearray | memoryview, batches: list[AppendedBatch]) -> None:
+    def append(self, data: Buffer | list[Buffer], batches: list[AppendedBatch]) -> None:
         """Write ``data`` (whole batches, offsets already assigned and contiguous with this segment) at the end.
 
+        ``data`` is one buffer or a list of byte buffers written back to back (one pwritev call).
         ``batches`` describes each batch of ``data`` in order. Index entries follow Kafka's rule: a batch
         is indexed when more than index.interval.bytes were appended since the previous entry.
         """
         start, _ = self._end
-        length = len(data)
-        written = os.pwrite(self.fd, data, start)
-        while written < length:  # regular files rarely write short; finish the rest if they do
-            written += os.pwrite(self.fd, memoryview(data)[written:], start + written)
+        parts = data if isinstance(data, list) else [data]
+        length = sum(len(part) for part in parts)
         position = start + length
+        if position > self._reserved_end:
+            reserve_from = max(start, self._reserved_end)
+            if reserve_blocks(self.fd, reserve_from, position + RESERVE_AHEAD_BYTES - reserve_from):
+                self._reserved_end = position + RESERVE_AHEAD_BYTES
+        _write_all(self.fd, parts, start)
         since = self._bytes_since_last_index_entry
         interval = self._index_interval_bytes
         max_timestamp = self.max_timestamp
@@ -264,9 +328,18 @@ class Segment:
         self.time_index.flush(fsync=fsync)
 
     def seal(self) -> None:
-        """The segment stops being active: record its largest timestamp as the last time-index entry."""
+        """The segment stops being active: record its largest timestamp as the last time-index entry, and
+        give back the disk blocks reserved past its end."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        size = self._end[0]
+        if self._reserved_end > size:
+            # The size stays and the blocks past it are freed; the modification time is put back, as
+            # it stands for the last append where batches carry no timestamps.
+            before = os.fstat(self.fd)
+            os.ftruncate(self.fd, size)
+            os.utime(self.fd, ns=(before.st_atime_ns, before.st_mtime_ns))
+            self._reserved_end = size
 
     def truncate_to(self, offset: int, now_ms: int) -> int:
         """Drop every batch whose last offset is >= ``offset`` (a batch holding it goes whole); return bytes removed."""
@@ -276,6 +349,7 @@ class Segment:
             return 0
         position, header = found
         os.ftruncate(self.fd, position)
+        self._reserved_end = position
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
         self.offset_index.flush(fsync=False)
@@ -538,6 +612,7 @@ class Segment:
                     view.release()
         if valid < size:
             os.ftruncate(self.fd, valid)
+            self._reserved_end = valid
         self._end = (valid, expected_base)
         self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
         self._first_batch_timestamp = first_timestamp

@@ -62,6 +62,9 @@ MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
+# baseOffset, batchLength and partitionLeaderEpoch: the leading bytes outside the CRC, which hold
+# everything a leader rewrites in a CreateTime batch.
+OUTSIDE_CRC_PREFIX = MAGIC_OFFSET
 CURRENT_MAGIC = 2
 
 _INT64 = struct.Struct(">q")

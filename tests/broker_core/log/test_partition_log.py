@@ -16,6 +16,8 @@ from broker_core.log import (
     PartitionLog,
     RecordTooLargeError,
 )
+from broker_core.log import segment as segment_module
+from broker_core.log.segment import RESERVE_AHEAD_BYTES, Segment, reserve_blocks
 from broker_core.records.errors import CorruptCrcError, TruncatedBatchError
 from broker_core.records.header import iter_headers, parse_header, set_base_offset
 from tests.support.batches import make_batch, records_of
@@ -193,6 +195,101 @@ def test_log_append_time_topics_stamp_the_broker_time_into_each_batch(tmp_path: 
     header = parse_header(data)
     assert header.max_timestamp == NOW and header.timestamp_type.name == "LOG_APPEND_TIME"
     assert log.offset_for_timestamp(NOW) == (0, NOW)
+    log.close()
+
+
+def test_log_append_time_stamps_every_batch_of_one_append(tmp_path: Path) -> None:
+    log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    log.append(make_batch(1, 10, 5), now_ms=NOW - 1)
+    info = log.append(make_batch(2, 10, 5) + make_batch(3, 10, 6) + make_batch(1, 10, 7), now_ms=NOW)
+    assert (info.base_offset, info.last_offset, info.log_append_time) == (1, 6, NOW)
+    data = log.read_bytes(1, 10_000)
+    assert batches_in(data) == [(1, 2), (3, 5), (6, 6)]  # every CRC recomputed over its own batch
+    assert [(h.max_timestamp, h.timestamp_type.name) for _, h in iter_headers(data)] == [(NOW, "LOG_APPEND_TIME")] * 3
+    log.close()
+
+
+def test_an_append_of_more_batches_than_one_write_call_takes_keeps_every_byte(tmp_path: Path) -> None:
+    """Each batch is written as two buffers (its patched first bytes and the rest as given), and one
+    pwritev call takes at most IOV_MAX (1024 on Linux) of them."""
+    log = open_log(tmp_path)
+    sent = [make_batch(1 + number % 3, 20, NOW + number, value_seed=number) for number in range(700)]
+    info = log.append(b"".join(sent), leader_epoch=7, now_ms=NOW)
+    assert info.num_batches == 700 and info.last_offset == sum(1 + number % 3 for number in range(700)) - 1
+    stored = log.read_bytes(0, 1 << 24)
+    assert len(stored) == sum(len(batch) for batch in sent) == log.active_segment.size
+    position, expected_base = 0, 0
+    for batch, (at, header) in zip(sent, iter_headers(stored, check_crc=True), strict=True):
+        assert at == position and header.base_offset == expected_base and header.partition_leader_epoch == 7
+        assert stored[position + 16:position + len(batch)] == batch[16:]  # from the magic byte on, as sent
+        position += len(batch)
+        expected_base = header.last_offset + 1
+    log.close()
+
+
+def _can_reserve_blocks(directory: Path) -> bool:
+    fd = os.open(directory / "probe", os.O_RDWR | os.O_CREAT)
+    try:
+        return reserve_blocks(fd, 0, 4096)
+    finally:
+        os.close(fd)
+        (directory / "probe").unlink()
+
+
+def _allocated(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_the_active_segment_reserves_blocks_ahead_without_growing_and_sealing_gives_them_back(tmp_path: Path) -> None:
+    if not _can_reserve_blocks(tmp_path):
+        pytest.skip("this filesystem cannot reserve blocks past a file's end (fallocate FALLOC_FL_KEEP_SIZE)")
+    log = open_log(tmp_path)
+    log.append(make_batch(20, 1000, NOW), now_ms=NOW)
+    active = log.active_segment
+    assert os.stat(active.log_path).st_size == active.size  # readers and uploads see only the batches
+    assert _allocated(active.log_path) >= active.size + RESERVE_AHEAD_BYTES
+    written_at = os.stat(active.log_path).st_mtime_ns
+    time.sleep(0.01)
+    log.roll(now_ms=NOW + 1)
+    sealed = os.stat(active.log_path)
+    assert sealed.st_size == active.size and sealed.st_blocks * 512 < active.size + 64 * 1024
+    assert sealed.st_mtime_ns == written_at  # stands for the last append when batches carry no timestamps
+    assert batches_in(log.read_bytes(0, 1 << 20)) == [(0, 19)]
+    log.close()
+
+
+def test_blocks_a_crashed_process_reserved_are_given_back_when_the_reopened_segment_is_sealed(tmp_path: Path) -> None:
+    if not _can_reserve_blocks(tmp_path):
+        pytest.skip("this filesystem cannot reserve blocks past a file's end (fallocate FALLOC_FL_KEEP_SIZE)")
+    settings = {"index_interval_bytes": 4096, "segment_index_bytes": 1 << 16}
+    crashed = Segment.create(tmp_path, 0, now_ms=NOW, **settings)
+    batch = make_batch(3, 100, NOW)
+    crashed.append(batch, [(0, len(batch), 2, NOW)])
+    assert _allocated(crashed.log_path) >= len(batch) + RESERVE_AHEAD_BYTES
+    reopened, problem = Segment.open(tmp_path, 0, **settings)  # the first process never sealed or closed
+    assert problem is None and reopened.check_tail() and reopened.size == len(batch)
+    reopened.seal()
+    assert _allocated(reopened.log_path) < len(batch) + 64 * 1024
+    assert os.pread(reopened.fd, len(batch) + 1, 0) == batch
+    crashed.close()
+    reopened.close()
+
+
+def test_a_write_the_filesystem_takes_only_in_part_is_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_pwritev = os.pwritev
+    calls = []
+
+    def short_pwritev(fd: int, buffers: list, offset: int) -> int:
+        # Write the first buffer and half of the second, as a filesystem may when interrupted.
+        calls.append(len(buffers))
+        return real_pwritev(fd, [buffers[0], memoryview(buffers[1])[:len(buffers[1]) // 2]], offset)
+
+    monkeypatch.setattr(segment_module.os, "pwritev", short_pwritev)
+    log = open_log(tmp_path)
+    sent = [make_batch(2, 50, NOW, value_seed=number) for number in range(3)]
+    log.append(b"".join(sent), now_ms=NOW)
+    assert calls == [6]
+    assert batches_in(log.read_bytes(0, 1 << 20)) == [(0, 1), (2, 3), (4, 5)]
     log.close()
 
 
