@@ -21,6 +21,9 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from broker_core.records.errors import CorruptVarintError
+from broker_core.records.varint import decode_unsigned_varint
+
 _FIXED_SIZES = {
     "int8": 1, "uint8": 1, "bool": 1,
     "int16": 2, "uint16": 2, "error_code": 2,
@@ -36,8 +39,9 @@ _INT32 = struct.Struct(">i")
 class LengthOutOfBoundsError(ValueError):
     """A declared length in the frame reaches past its end; ``position`` is where it was declared."""
 
-    def __init__(self, what: str, declared: int, remaining: int, position: int) -> None:
-        super().__init__(f"{what} declares {declared} but only {remaining} bytes remain (at byte {position})")
+    def __init__(self, what: str, declared: int, remaining: int, position: int, *, reason: str | None = None) -> None:
+        super().__init__(f"{what}: {reason} (at byte {position})" if reason is not None else
+                         f"{what} declares {declared} but only {remaining} bytes remain (at byte {position})")
         self.position = position
 
 
@@ -75,18 +79,11 @@ class _Walker:
         self.pos += size
 
     def uvarint(self, what: str) -> int:
-        value, shift = 0, 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise LengthOutOfBoundsError(what, 1, 0, self.pos)
-            byte = self.buf[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise LengthOutOfBoundsError(what + " (varint longer than 5 bytes)", shift, 0, self.pos)
+        try:
+            value, self.pos = decode_unsigned_varint(self.buf, self.pos)
+        except CorruptVarintError as exc:  # past the frame's end, or longer than Kafka's 5 bytes
+            raise LengthOutOfBoundsError(what, 1, self.remaining(), self.pos, reason=exc.reason) from None
+        return value
 
     def length(self, flexible: bool, wide: bool, what: str) -> int:
         """A length prefix; -1 (null) comes back as 0 bytes to skip."""

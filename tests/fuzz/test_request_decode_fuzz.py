@@ -321,3 +321,14 @@ HUGE_COMPACT_ARRAY = _unsigned_varint(2**32 - 1)  # 2**32 - 2 entries
 def test_an_array_length_far_beyond_the_frame_is_an_invalid_request(frame: bytes, decode_outcome: Any) -> None:
     outcome = decode_outcome(frame)
     assert (outcome.kind, outcome.detail) == ("invalid", "InvalidRequestError")
+
+
+@pytest.mark.parametrize(("length", "reason"), [
+    pytest.param(b"\x81\x80\x80\x80\x80\x00", "varint longer than 5 bytes", id="six bytes"),
+    pytest.param(b"\x81\x80", "varint runs past the end of the buffer", id="cut off"),
+])
+def test_a_compact_length_kafka_cannot_read_is_refused_by_the_bounds_walk(length: bytes, reason: str) -> None:
+    """Kafka's readUnsignedVarint refuses a sixth byte; so does the walk, naming the field, before kio reads it."""
+    with pytest.raises(InvalidRequestError, match=f"DeleteTopicsRequest v4: topic_names: {reason}") as raised:
+        decode_request(_flexible_frame(20, 4, length))
+    assert raised.value.correlation_id == 7
