@@ -2,8 +2,8 @@
 
 A broker's append is a pwrite into the page cache; at replication factor 3 every record lands in
 three brokers' page caches. This measures the physical cost of that on the machine it runs on:
-bursts of 1 MiB pwrites of new bytes to a new file (in the directory the local stack puts its
-brokers' data in), timed per 128 MiB chunk as CPU time of this process, then the file is deleted
+bursts of 1 MiB pwrites of new bytes to a new file (in the default temporary directory, where the
+local stack puts its brokers' data; the JSON names its file system), timed per 128 MiB chunk as CPU time of this process, then the file is deleted
 and the next burst follows after a pause. The peer is the floor: rewriting bytes already in the
 page cache, which allocates nothing.
 
@@ -72,6 +72,21 @@ def rewrite_cost(directory: Path, data: bytes, rounds: int = 5) -> list[float]:
         path.unlink()
 
 
+def filesystem_of(path: str) -> str:
+    """The type of the file system holding ``path`` (the longest matching mount point), or "unknown"."""
+    best, kind = "", "unknown"
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return kind
+    for line in mounts:
+        fields = line.split()
+        if len(fields) >= 3 and (path == fields[1] or path.startswith(fields[1].rstrip("/") + "/")) \
+                and len(fields[1]) > len(best):
+            best, kind = fields[1], fields[2]
+    return kind
+
+
 def warm_mib(costs: list[float]) -> int:
     """MiB written before the first chunk costing more than SLOW_FACTOR times the first one."""
     for index, cost in enumerate(costs):
@@ -107,7 +122,7 @@ def main() -> None:
         "command": "python bench/page_cache.py " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
-        "directory": tempfile.gettempdir(),
+        "filesystem": filesystem_of(os.path.realpath(tempfile.gettempdir())),
         "chunk_mib": CHUNK_MIB,
         "pause_s": args.pause,
         "rewrite_cpu_us_per_mib": [round(c, 1) for c in floor],
