@@ -184,6 +184,10 @@ class Request:
     body: Any
     size: int
 
+    def without_body(self) -> Request:
+        """This request's header (what a response is encoded from) without the decoded body."""
+        return Request(self.api_key, self.api_version, self.correlation_id, self.client_id, None, self.size)
+
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id): the first 8 bytes, common to every header version."""

@@ -180,12 +180,18 @@ class RequestHandlers:
                 partition_results.append(result)
             results.append((topic_data.name, partition_results))
 
+        # The response needs only the request's header. Kept while acks=all waits, the decoded body
+        # would hold the request's records in memory after they are on disk, for every request in a
+        # connection's pipeline (listener.MAX_PIPELINED_PRODUCES).
+        header = request.without_body()
+        timeout_s = body.timeout.total_seconds()
+
         async def complete() -> Any:
             if acks == 0:
                 return None
             if acks == -1 and pending:
-                await self._await_replication(pending, body.timeout.total_seconds())
-            return _respond(request, {
+                await self._await_replication(pending, timeout_s)
+            return _respond(header, {
                 "responses": [{"name": name, "partition_responses": parts} for name, parts in results],
                 "throttle_time": ZERO,
             })

@@ -7,7 +7,8 @@ a request other than Produce is handled alone, once every earlier response has b
 Kafka, a Produce request is appended as soon as it is read, and while it waits for acks=all the
 connection reads, and appends, the produce requests behind it (up to MAX_PIPELINED_PRODUCES): with
 acks=all a producer's next batch would otherwise wait a whole replication round trip before it is
-even read.
+even read. A waiting request keeps only its header and the response it will send: its records are
+on disk already.
 
 A frame that is not Kafka framing, or a request that cannot be decoded, closes that connection only;
 a well-formed request for an unsupported API version is answered (ApiVersions) or refused by closing.
@@ -124,7 +125,7 @@ class Connection:
             except Exception:
                 log.exception("Produce v%d from %s failed", request.api_version, self.peer)
                 return False
-            await self._responses.put(asyncio.ensure_future(self._encode(request, complete())))
+            await self._responses.put(asyncio.ensure_future(self._encode(request.without_body(), complete())))
             return True
         await self._responses.join()
         try:
