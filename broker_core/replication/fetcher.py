@@ -4,9 +4,9 @@ A fetcher holds one connection to its leader and sends Fetch requests with this 
 for all its partitions at once (Fetch v12, encoded and parsed by `protocol.replica_fetch`, the
 records appended straight from the response's receive buffer). Before a partition's first fetch
 under a new leader epoch it asks the leader, with OffsetForLeaderEpoch, where this replica's latest
-epoch ends on the leader, and truncates any divergent tail (KIP-101/279). Fetched batches are appended as they are (offsets and
-epochs from the leader), the leader's high watermark is adopted up to the local log end, and the
-leader's log start offset is followed.
+epoch ends on the leader, and truncates any divergent tail (KIP-101/279). Fetched batches are
+appended as they are (offsets and epochs from the leader), the leader's high watermark is adopted up
+to the local log end, and the leader's log start offset is followed.
 
 Leader changes are on the failover path, so a fetcher reacts to them without waiting for the regular
 metadata poll or a long poll: while its leader cannot be reached or refuses a partition (not the
