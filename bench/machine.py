@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+from collections.abc import Iterator
 from pathlib import Path
+
+_CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_congestion_control")
 
 
 def machine_info() -> dict[str, object]:
@@ -16,7 +20,37 @@ def machine_info() -> dict[str, object]:
                 break
     except OSError:
         pass
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu": model, "cpus": os.cpu_count()}
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu": model, "cpus": os.cpu_count(),
+            # Loopback traffic between the local stack's processes pays for the congestion control:
+            # BBR without the fq qdisc is paced in software (bench/loopback_tcp.py measures it).
+            "tcp_congestion_control": _proc_sys("net/ipv4/tcp_congestion_control"),
+            "default_qdisc": _proc_sys("net/core/default_qdisc")}
+
+
+@contextlib.contextmanager
+def system_tcp_congestion_control(name: str | None) -> Iterator[None]:
+    """Make ``name`` the machine's TCP congestion control for new sockets while the block runs, then
+    put the previous one back. Changes a system-wide setting, so it needs root; None changes nothing."""
+    if name is None:
+        yield
+        return
+    previous = _CONGESTION_CONTROL.read_text().strip()
+    try:
+        _CONGESTION_CONTROL.write_text(name + "\n")
+    except OSError as exc:
+        raise SystemExit(f"cannot set the TCP congestion control to {name!r} ({exc}); it needs root and a "
+                         f"name from {_proc_sys('net/ipv4/tcp_available_congestion_control')}") from exc
+    try:
+        yield
+    finally:
+        _CONGESTION_CONTROL.write_text(previous + "\n")
+
+
+def _proc_sys(name: str) -> str | None:
+    try:
+        return Path("/proc/sys", name).read_text().strip()
+    except OSError:
+        return None
 
 
 def cpu_pressure() -> float | None:

@@ -28,8 +28,13 @@ for a leader that is also the controller (the lease must move first), under two 
 profiles: the test stack's (3 s session timeout) and Kafka's defaults (9 s). After each trial the
 killed broker is restarted and every replica is back in sync before the next.
 
+The local stack's brokers replicate over loopback, so the machine's TCP congestion control is part
+of what RF 3 costs (bench/loopback_tcp.py measures it alone); the JSON records which one was in
+force, and ``--tcp-congestion`` runs under another (it sets the system-wide default, so it needs
+root, and puts the previous one back after).
+
     .venv/bin/python bench/replication_bench.py [--sizes 100:1000000,1000:300000] [--runs 3]
-        [--failovers 3] [--profiles test,defaults] [--skip-throughput]
+        [--failovers 3] [--profiles test,defaults] [--skip-throughput] [--tcp-congestion cubic]
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from confluent_kafka import KafkaError, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 
-from bench.machine import machine_info  # noqa: E402
+from bench.machine import machine_info, system_tcp_congestion_control  # noqa: E402
 from broker_core.client import BrokerConnection, ClientError  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.metadata.controller import ControllerLease  # noqa: E402
@@ -437,24 +442,8 @@ PROFILES: dict[str, dict[str, str]] = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100:1000000,1000:300000",
-                        help="throughput cases as value_bytes:records_per_run, comma separated")
-    parser.add_argument("--runs", type=int, default=3, help="throughput runs per topic")
-    parser.add_argument("--failovers", type=int, default=3, help="failover trials per case and profile")
-    parser.add_argument("--profiles", default="test,defaults", help=f"failover profiles, from {sorted(PROFILES)}")
-    parser.add_argument("--skip-throughput", action="store_true", help="measure failover only")
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "replication_bench.json")
-    args = parser.parse_args()
-    profiles = [name.strip() for name in args.profiles.split(",") if name.strip()]
-    try:
-        cases = [(int(size), int(count)) for size, _, count in (c.partition(":") for c in args.sizes.split(","))]
-    except ValueError:
-        parser.error(f"--sizes wants value_bytes:records pairs, got {args.sizes!r}")
-    unknown = [name for name in profiles if name not in PROFILES]
-    if unknown or not profiles:
-        parser.error(f"unknown profiles {unknown}; choose from {sorted(PROFILES)}")
+def measure(profiles: list[str], cases: list[tuple[int, int]], args: argparse.Namespace) -> tuple[dict, dict]:
+    """Throughput and failover results by profile, each profile on a local stack of its own."""
     throughput: dict[str, Any] = {}
     failover: dict[str, Any] = {}
     for profile in profiles:
@@ -479,11 +468,37 @@ def main() -> None:
                                      **measure_failover(stack, store, args.failovers, session_s)}
             finally:
                 stack.stop(save_state=False)
+    return throughput, failover
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100:1000000,1000:300000",
+                        help="throughput cases as value_bytes:records_per_run, comma separated")
+    parser.add_argument("--runs", type=int, default=3, help="throughput runs per topic")
+    parser.add_argument("--failovers", type=int, default=3, help="failover trials per case and profile")
+    parser.add_argument("--profiles", default="test,defaults", help=f"failover profiles, from {sorted(PROFILES)}")
+    parser.add_argument("--skip-throughput", action="store_true", help="measure failover only")
+    parser.add_argument("--tcp-congestion", metavar="NAME",
+                        help="run under this system-wide TCP congestion control (needs root; restored after)")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "replication_bench.json")
+    args = parser.parse_args()
+    profiles = [name.strip() for name in args.profiles.split(",") if name.strip()]
+    try:
+        cases = [(int(size), int(count)) for size, _, count in (c.partition(":") for c in args.sizes.split(","))]
+    except ValueError:
+        parser.error(f"--sizes wants value_bytes:records pairs, got {args.sizes!r}")
+    unknown = [name for name in profiles if name not in PROFILES]
+    if unknown or not profiles:
+        parser.error(f"unknown profiles {unknown}; choose from {sorted(PROFILES)}")
+    with system_tcp_congestion_control(args.tcp_congestion):
+        machine = machine_info()  # read while the run's congestion control is in force
+        throughput, failover = measure(profiles, cases, args)
     result = {
         "benchmark": "replication",
         "command": "python bench/replication_bench.py " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(),
+        "machine": machine,
         "brokers": BROKERS,
         "throughput": throughput,
         "failover": failover,
