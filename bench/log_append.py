@@ -14,8 +14,6 @@ bench/results/log_append.json.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import shutil
 import socket
@@ -29,7 +27,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.machine import cpu_pressure, machine_info  # noqa: E402
+from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
 from broker_core.log import LogConfig, PartitionLog  # noqa: E402
 from broker_core.records.batch import SimpleRecord, build_batch  # noqa: E402
 
@@ -217,10 +215,7 @@ def main() -> None:
         return [round(total_bytes / MIB / s, 1) for s in seconds]
 
     result: dict[str, object] = {
-        "benchmark": "log_append",
-        "command": "python bench/log_append.py " + " ".join(sys.argv[1:]),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(),
+        **result_header("log_append"),
         "cpu_pressure_some_avg10_percent": {"before": pressure_before, "after": cpu_pressure()},
         "workload": {
             "bytes_per_run": total_bytes,
@@ -250,8 +245,7 @@ def main() -> None:
             f"{path_name:5}  raw {raw_median:8.1f} MiB/s   log {log_median:8.1f} MiB/s   "
             f"ratio {ratio:.3f} (goal >= {goal})"
         )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
     print(f"wrote {args.output.name}")
 
 

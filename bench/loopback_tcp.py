@@ -21,8 +21,6 @@ not pay.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import socket
 import statistics
@@ -34,7 +32,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.machine import machine_info  # noqa: E402
+from bench.machine import result_header, write_result  # noqa: E402
 
 MIB = 1024 * 1024
 REQUEST = b"f" * 64
@@ -142,10 +140,7 @@ def main() -> None:
     peer = names[0]
     both = {name: m["leader_cpu_us_per_mib"] + m["follower_cpu_us_per_mib"] for name, m in medians.items()}
     result = {
-        "benchmark": "loopback_tcp",
-        "command": "python bench/loopback_tcp.py " + " ".join(sys.argv[1:]),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(),
+        **result_header("loopback_tcp"),
         "responses_per_run": args.responses,
         "response_bytes": response_bytes,
         "runs": {name: [{key: round(value, 1) for key, value in run.items()} for run in results]
@@ -158,8 +153,7 @@ def main() -> None:
         print(f"{name}: leader {m['leader_cpu_us_per_mib']:.0f} + follower {m['follower_cpu_us_per_mib']:.0f} us/MiB "
               f"(median of {args.runs}), {m['wall_ms_per_response']:.2f} ms per response; "
               f"CPU over {peer}'s: {result['cpu_per_mib_both_sides_over_peer'][name]}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
 
 
 if __name__ == "__main__":

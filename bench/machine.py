@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
 import os
 import platform
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +54,20 @@ def _proc_sys(name: str) -> str | None:
         return Path("/proc/sys", name).read_text().strip()
     except OSError:
         return None
+
+
+def result_header(benchmark: str, machine: dict[str, object] | None = None) -> dict[str, object]:
+    """The fields every result JSON opens with: the benchmark, the command that ran it, when, and on
+    what machine (``machine`` when it was read earlier, e.g. under settings the run changed)."""
+    return {"benchmark": benchmark,
+            "command": f"python bench/{Path(sys.argv[0]).name} " + " ".join(sys.argv[1:]),
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": machine_info() if machine is None else machine}
+
+
+def write_result(path: Path, result: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def cpu_pressure() -> float | None:

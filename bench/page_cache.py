@@ -18,8 +18,6 @@ than four times the burst's first chunk.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import statistics
 import sys
@@ -30,7 +28,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.machine import machine_info  # noqa: E402
+from bench.machine import result_header, write_result  # noqa: E402
 
 MIB = 1024 * 1024
 CHUNK_MIB = 128
@@ -118,10 +116,7 @@ def main() -> None:
     last = statistics.median(b[-1] for b in bursts)
     floor_median = statistics.median(floor)
     result = {
-        "benchmark": "page_cache",
-        "command": "python bench/page_cache.py " + " ".join(sys.argv[1:]),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(),
+        **result_header("page_cache"),
         "filesystem": filesystem_of(os.path.realpath(tempfile.gettempdir())),
         "chunk_mib": CHUNK_MIB,
         "pause_s": args.pause,
@@ -137,8 +132,7 @@ def main() -> None:
     print(f"rewrite {floor_median:.0f} us/MiB; new bytes: first chunk {first:.0f} us/MiB "
           f"({result['first_chunk_over_rewrite']}x), last chunk {last:.0f} us/MiB ({result['last_chunk_over_rewrite']}x); "
           f"warm MiB per burst {result['warm_mib']}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
 
 
 if __name__ == "__main__":

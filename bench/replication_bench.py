@@ -43,7 +43,6 @@ import argparse
 import asyncio
 import datetime
 import itertools
-import json
 import os
 import signal
 import statistics
@@ -62,7 +61,7 @@ from confluent_kafka import KafkaError, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 
-from bench.machine import machine_info, system_tcp_congestion_control  # noqa: E402
+from bench.machine import machine_info, result_header, system_tcp_congestion_control, write_result  # noqa: E402
 from broker_core.client import BrokerConnection, ClientError  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.metadata.controller import ControllerLease  # noqa: E402
@@ -495,10 +494,7 @@ def main() -> None:
         machine = machine_info()  # read while the run's congestion control is in force
         throughput, failover = measure(profiles, cases, args)
     result = {
-        "benchmark": "replication",
-        "command": "python bench/replication_bench.py " + " ".join(sys.argv[1:]),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine,
+        **result_header("replication", machine),
         "brokers": BROKERS,
         "throughput": throughput,
         "failover": failover,
@@ -513,8 +509,7 @@ def main() -> None:
               f"(goal <= 1.2; librdkafka resumes at {measured['leader']['median_client_session_timeouts']:.2f}x), "
               f"{measured['leader_and_controller']['median_session_timeouts']:.2f}x when the leader is also the "
               f"controller")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
     print(f"wrote {args.output.name}")
 
 

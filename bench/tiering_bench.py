@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import json
 import os
 import shutil
 import statistics
@@ -39,7 +37,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import boto3  # noqa: E402
 
-from bench.machine import machine_info  # noqa: E402
+from bench.machine import result_header, write_result  # noqa: E402
 from broker_core.aws import AwsSettings  # noqa: E402
 from broker_core.client import FloeClient  # noqa: E402
 from broker_core.local_moto import start_moto_server  # noqa: E402
@@ -319,16 +317,12 @@ def main() -> None:
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     result = {
-        "benchmark": "tiering",
-        "command": "python bench/tiering_bench.py " + " ".join(sys.argv[1:]),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(),
+        **result_header("tiering"),
         "runs": args.runs,
         "upload": upload,
         "remote_fetch": fetch,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
     print(f"wrote {args.output.name}")
 
 
