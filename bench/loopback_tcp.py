@@ -32,7 +32,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.machine import result_header, write_result  # noqa: E402
+from bench.machine import result_header, tcp_congestion_control, write_result  # noqa: E402
 
 MIB = 1024 * 1024
 REQUEST = b"f" * 64
@@ -105,10 +105,6 @@ def exchange(source: Path, congestion: str, responses: int, response_bytes: int)
             "wall_ms_per_response": wall / responses * 1e3}
 
 
-def system_congestion_control() -> str:
-    return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--congestion", default="default,cubic",
@@ -118,7 +114,9 @@ def main() -> None:
     parser.add_argument("--response-kib", type=int, default=1024)
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "loopback_tcp.json")
     args = parser.parse_args()
-    default = system_congestion_control()
+    default = tcp_congestion_control()
+    if default is None:
+        parser.error("this machine does not say which TCP congestion control it uses")
     names = [default if name == "default" else name for name in args.congestion.split(",")]
     response_bytes = args.response_kib * 1024
     if response_bytes > SOURCE_MIB * MIB // 2:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-_CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+_CONGESTION_CONTROL = "net/ipv4/tcp_congestion_control"
 
 
 def machine_info() -> dict[str, object]:
@@ -26,7 +26,7 @@ def machine_info() -> dict[str, object]:
     return {"platform": platform.platform(), "python": platform.python_version(), "cpu": model, "cpus": os.cpu_count(),
             # Loopback traffic between the local stack's processes pays for the congestion control:
             # BBR without the fq qdisc is paced in software (bench/loopback_tcp.py measures it).
-            "tcp_congestion_control": _proc_sys("net/ipv4/tcp_congestion_control"),
+            "tcp_congestion_control": tcp_congestion_control(),
             "default_qdisc": _proc_sys("net/core/default_qdisc")}
 
 
@@ -37,16 +37,24 @@ def system_tcp_congestion_control(name: str | None) -> Iterator[None]:
     if name is None:
         yield
         return
-    previous = _CONGESTION_CONTROL.read_text().strip()
+    previous = tcp_congestion_control()
+    setting = Path("/proc/sys", _CONGESTION_CONTROL)
     try:
-        _CONGESTION_CONTROL.write_text(name + "\n")
+        if previous is None:
+            raise OSError(f"{setting} cannot be read")
+        setting.write_text(name + "\n")
     except OSError as exc:
         raise SystemExit(f"cannot set the TCP congestion control to {name!r} ({exc}); it needs root and a "
                          f"name from {_proc_sys('net/ipv4/tcp_available_congestion_control')}") from exc
     try:
         yield
     finally:
-        _CONGESTION_CONTROL.write_text(previous + "\n")
+        setting.write_text(f"{previous}\n")
+
+
+def tcp_congestion_control() -> str | None:
+    """The congestion control new TCP sockets get on this machine (None where it cannot be read)."""
+    return _proc_sys(_CONGESTION_CONTROL)
 
 
 def _proc_sys(name: str) -> str | None:
