@@ -55,6 +55,7 @@ DISTINCT_BATCHES = 64
 FETCH_BYTES = 1024 * 1024
 TIERED_TOPIC = "bench-tiered"
 LOCAL_TOPIC = "bench-local"
+FETCH_SEGMENT_MIB = 8  # segment.bytes of the two remote-fetch topics
 
 
 def build_batches() -> list[bytes]:
@@ -185,9 +186,9 @@ async def produce_everywhere(stack: LocalStack, batches: list[bytes], count: int
         for topic, configs in (
             (
                 TIERED_TOPIC,
-                {"remote.storage.enable": "true", "segment.bytes": str(8 * MIB), "local.retention.ms": "1"},
+                {"remote.storage.enable": "true", "segment.bytes": str(FETCH_SEGMENT_MIB * MIB), "local.retention.ms": "1"},
             ),
-            (LOCAL_TOPIC, {"segment.bytes": str(8 * MIB)}),
+            (LOCAL_TOPIC, {"segment.bytes": str(FETCH_SEGMENT_MIB * MIB)}),
         ):
             await client.create_topic(topic, 1, 1, configs=configs)
         for number in range(count):
@@ -282,7 +283,8 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=4, help="sealed segments tiered per upload run")
     parser.add_argument("--segment-mib", type=int, default=32)
     parser.add_argument(
-        "--fetch-mib", type=int, default=64, help="data produced to each topic for the fetch bench"
+        "--fetch-mib", type=int, default=64,
+        help=f"data produced to each topic for the fetch bench (more than {FETCH_SEGMENT_MIB}: segments of that size are tiered)"
     )
     parser.add_argument(
         "--dir", type=Path, default=None, help="directory for the files (default: a temp dir)"
@@ -297,6 +299,9 @@ def main() -> None:
     )
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "tiering.json")
     args = parser.parse_args()
+    if args.fetch_mib <= FETCH_SEGMENT_MIB:
+        # Nothing would be sealed, so nothing tiered: the fetch bench would wait for S3 in vain.
+        parser.error(f"--fetch-mib must be more than the fetch topics' {FETCH_SEGMENT_MIB} MiB segments")
 
     batches = build_batches()
     directory = Path(tempfile.mkdtemp(prefix="floe-tiering-bench-", dir=args.dir))
