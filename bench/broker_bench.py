@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import multiprocessing
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -48,6 +46,7 @@ import redis  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.machine import machine_info, result_header, write_result  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.protocol.framing import decode_response, encode_request  # noqa: E402
 from broker_core.protocol.messages import build_entity, request_class  # noqa: E402
@@ -410,11 +409,7 @@ def main() -> None:
     }
     goals = {"produce": 2.0, "consume": 2.0, "raw_fetch": 0.5, "broker_peak_rss_mb": 150.0}
     result = {
-        "benchmark": "broker_bench",
-        "command": f".venv/bin/python bench/broker_bench.py --runs {args.runs} --records {args.records}",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-                    "load_average_at_end": os.getloadavg()},
+        **result_header("broker_bench", {**machine_info(), "load_average_at_end": os.getloadavg()}),
         "versions": {"librdkafka_kcat": subprocess.run(["kcat", "-V"], capture_output=True, text=True).stdout.split(
             "librdkafka ")[1].split()[0], "librdkafka_confluent": confluent_kafka.libversion()[0],
             "redis": peer.version},
@@ -433,8 +428,7 @@ def main() -> None:
                       "raw_fetch": ratios["raw_fetch"] >= goals["raw_fetch"],
                       "broker_peak_rss_mb": peak_rss <= goals["broker_peak_rss_mb"]},
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
 
     client = "kcat" if produce_client == "kcat" else "confluent-kafka"
     print(f"\nmedians of {args.runs} runs, {args.records:,} records of {VALUE_BYTES} bytes (headline client: {client})")

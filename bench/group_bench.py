@@ -21,10 +21,6 @@ Writes bench/results/group_bench.json.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -41,6 +37,7 @@ sys.path.insert(0, str(REPO_ROOT))
 import boto3  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
+from bench.machine import result_header, write_result  # noqa: E402
 from broker_core.groups.admin import BrokerConnection  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.metadata.store import MetadataStore  # noqa: E402
@@ -226,10 +223,7 @@ def main() -> None:
     broker_rate = statistics.median(broker_rates)
     direct_rate = statistics.median(direct_rates)
     result = {
-        "benchmark": "group_bench",
-        "command": f"python bench/group_bench.py --runs {args.runs} --commits {args.commits} --threads {args.threads}",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        **result_header("group_bench"),
         "rebalance": {
             "scenario": "4th confluent-kafka consumer joins a group of 3, cooperative-sticky, 6 partitions",
             "heartbeat_interval_ms": HEARTBEAT_MS, "runs_ms": [round(r * 1000, 1) for r in rebalances],
@@ -243,8 +237,7 @@ def main() -> None:
             "ratio_broker_over_direct": round(broker_rate / direct_rate, 3), "goal": 0.7,
         },
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
     print(f"rebalance (4th member joins 3): median {rebalance_ms:.0f} ms = "
           f"{rebalance_ms / HEARTBEAT_MS:.2f} x heartbeat interval ({HEARTBEAT_MS} ms)")
     print(f"OffsetCommit through the broker: {broker_rate:.0f}/s; direct put_item: {direct_rate:.0f}/s; "

@@ -19,8 +19,6 @@ import argparse
 import asyncio
 import http.client
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,6 +32,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import result_header, write_result  # noqa: E402
 from broker_core.client import FloeClient  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.partitioner import partition_for_key  # noqa: E402
@@ -202,21 +201,14 @@ def main() -> None:
     summary["http_over_kafka_records_per_s"] = round(summary["http"]["records_per_s"] /
                                                      summary["kafka"]["records_per_s"], 3)
     document = {
-        "benchmark": "http_produce",
-        "command": "python bench/http_bench.py " + " ".join(
-            f"--{k} {v}" for k, v in (("runs", args.runs), ("requests", args.requests),
-                                      ("concurrency", args.concurrency))),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                    "python": platform.python_version(), "platform": platform.platform()},
+        **result_header("http_produce"),
         "setup": {"brokers": 1, "partitions": PARTITIONS, "replication_factor": 1, "acks": "all",
                   "records_per_request": RECORDS_PER_REQUEST, "record_value_bytes": len(json.dumps(order(0)[1], separators=(",", ":"))),
                   "http_adapter_workers": DEFAULT_WORKERS, "concurrency": args.concurrency},
         "runs": runs,
         "median": summary,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(document, indent=2) + "\n")
+    write_result(args.output, document)
     print(json.dumps(summary, indent=2))
 
 

@@ -24,10 +24,8 @@ reference codec of broker_core.records on the same bytes, and one ranged GET str
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -45,7 +43,7 @@ import pyarrow as pa  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
-from bench.machine import cpu_pressure  # noqa: E402
+from bench.machine import cpu_pressure, machine_info, result_header, write_result  # noqa: E402
 from broker_core.aws import AwsSettings  # noqa: E402
 from broker_core.local_moto import start_moto_server  # noqa: E402
 from broker_core.log.config import LogConfig  # noqa: E402
@@ -300,16 +298,7 @@ def main() -> None:
         replay_paired = [r / p for r, p in zip(timings["arrow_replay"], timings["parquet"], strict=True)]
         parquet_bytes = sum(f.stat().st_size for f in parquet_dir.glob("*.parquet"))
         result = {
-            "benchmark": "spark",
-            "command": f"python bench/spark_bench.py --rows {args.rows} --partitions {args.partitions} "
-            f"--runs {args.runs} --codec {args.codec}",
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": {
-                "platform": platform.platform(),
-                "python": platform.python_version(),
-                "cpus": os.cpu_count(),
-                "spark_master": "local[2]",
-            },
+            **result_header("spark", {**machine_info(), "spark_master": "local[2]"}),
             "workload": {
                 "rows": rows,
                 "partitions": args.partitions,
@@ -344,8 +333,7 @@ def main() -> None:
                 },
             },
         }
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(output, result)
         print(json.dumps({k: result[k] for k in ("median_rows_per_s", "ratio_floe_to_parquet", "bounds")}, indent=2))
     finally:
         if spark is not None:
