@@ -120,9 +120,8 @@ def test_produces_waiting_for_acks_all_do_not_keep_their_records_in_the_leaders_
             return answers, before, during
 
         answers, before, during = asyncio.run(run())
-        per_request = BATCHES_PER_REQUEST
         assert [produce_outcome(answer) for answer in answers] == [
-            (ErrorCode.none, per_request * (i + 1)) for i in range(MAX_PIPELINED_PRODUCES)]
+            (ErrorCode.none, BATCHES_PER_REQUEST * (i + 1)) for i in range(MAX_PIPELINED_PRODUCES)]
         assert during - before < payload // 2, (
             f"the leader's resident memory grew by {(during - before) >> 20} MiB while "
             f"{payload >> 20} MiB of records waited for acks=all")
