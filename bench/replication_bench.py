@@ -504,6 +504,12 @@ def main() -> None:
             print(f"replicated throughput ratio ({profile}), {case['record_value_bytes']} B records: "
                   f"{case['ratio']:.3f} (goal >= 0.6; per run {case['per_run_ratios']}), {case['async_ratio']:.3f} "
                   f"with acks=1; RF 1 ran at {case['rf1_share_of_client_ceiling']:.0%} of the client's own ceiling")
+    if throughput:
+        congestion = machine["tcp_congestion_control"]
+        print(f"TCP congestion control in force: {congestion} (default qdisc {machine['default_qdisc']})" + (
+            "" if congestion == "cubic" else
+            "; the brokers' AMI keeps Linux's default, cubic, and RF 3's share depends on this setting "
+            "(docs/performance.md, Replication): compare with --tcp-congestion cubic"))
     for profile, measured in failover.items():
         print(f"failover ({profile}): {measured['leader']['median_session_timeouts']:.2f}x the session timeout "
               f"(goal <= 1.2; librdkafka resumes at {measured['leader']['median_client_session_timeouts']:.2f}x), "
