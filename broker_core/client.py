@@ -26,10 +26,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker_core.partitioner import murmur2, partition_for_key
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.errors import invalidates_metadata
 from broker_core.protocol.framing import FrameDecoder, FramingError, decode_response, encode_request
 from broker_core.protocol.messages import (
-    API_VERSIONS_KEY,
     SUPPORTED_VERSIONS,
     api_name,
     build_entity,
@@ -56,7 +56,7 @@ CLIENT_MAX_VERSIONS: dict[int, int] = {
     FETCH: 12,
     LIST_OFFSETS: 7,
     METADATA: 12,
-    API_VERSIONS_KEY: 3,
+    ApiKey.API_VERSIONS: 3,
     CREATE_TOPICS: 7,
     DELETE_TOPICS: 5,
     DESCRIBE_CONFIGS: 4,
@@ -259,7 +259,7 @@ class BrokerConnection:
 
     async def _negotiate_versions(self) -> None:
         # ApiVersions v3 is served by every broker since Kafka 2.4, Floe's included.
-        response = await self._send_versioned(API_VERSIONS_KEY, CLIENT_MAX_VERSIONS[API_VERSIONS_KEY], {
+        response = await self._send_versioned(ApiKey.API_VERSIONS, CLIENT_MAX_VERSIONS[ApiKey.API_VERSIONS], {
             "client_software_name": CLIENT_SOFTWARE_NAME, "client_software_version": CLIENT_SOFTWARE_VERSION,
         })
         _raise_for(response.error_code, "ApiVersions")

@@ -41,6 +41,7 @@ from broker_core.records.header import (
     BatchHeader,
     TimestampType,
 )
+from broker_core.server.remote_reads import RemoteStorageError
 from tiered_storage.indexes import CorruptIndexesObjectError, SegmentIndexes, decode_indexes
 from tiered_storage.manifest import ManifestError, ManifestStore, RemoteSegment
 from tiered_storage.object_store import ObjectStoreError, SegmentObjectStore
@@ -51,10 +52,6 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2
 MIB = 1024 * 1024
 _TIMESTAMP_SCAN_BYTES = 256 * 1024
-
-
-class RemoteStorageError(Exception):
-    """Remote data could not be read (S3 or DynamoDB failed for good, or an object is corrupt)."""
 
 
 @dataclass

@@ -17,8 +17,9 @@ is sent), a larger one in parts of ``remote.log.s3.multipart.part.bytes``,
 ``remote.log.reader.chunk.bytes`` with ``remote.log.reader.readahead.chunks`` more in flight
 (see `tiered_storage.remote_reader`). A failure
 in one partition (S3 or DynamoDB down) is logged and retried on the next visit; local data is
-never deleted because of it. The service also hands the Fetch and ListOffsets handlers its
-`RemoteLogReader` (``handlers.remote_reader``). Everything runs on the broker's event loop; S3
+never deleted because of it. Its `RemoteLogReader` (``reader``) serves the Fetch and ListOffsets
+handlers' reads below the local log start: the broker's assembly hands it to them as their
+`RemoteReads`. Everything runs on the broker's event loop; S3
 calls are aioboto3 coroutines and manifest calls run in worker threads.
 """
 
@@ -30,9 +31,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker_core.metadata.errors import MetadataError
+from broker_core.server.remote_reads import RemoteStorageError
 from tiered_storage.manifest import ManifestError, ManifestStore
 from tiered_storage.object_store import ObjectStoreError, SegmentObjectStore, UploadTuning
-from tiered_storage.remote_reader import RemoteLogReader, RemoteStorageError
+from tiered_storage.remote_reader import RemoteLogReader
 from tiered_storage.retention import (
     TieredRetention,
     apply_local_retention,
@@ -43,8 +45,7 @@ from tiered_storage.retention import (
 from tiered_storage.uploader import PartitionUploader, TieredPartition
 
 if TYPE_CHECKING:
-    from broker_core.server.broker import Broker
-    from broker_core.server.handlers import RequestHandlers
+    from broker_core.server.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +80,14 @@ def _now_ms() -> int:
 class TieringService:
     """Tiered storage inside one broker: uploader per led partition, retention, and the remote reader."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        overrides = broker.config.overrides
+    def __init__(self, context: BrokerContext) -> None:
+        self.context = context
+        overrides = context.config.overrides
         self.interval_s = tiering_setting(overrides, "remote.log.manager.task.interval.ms") / 1000
         self.segments_in_flight = tiering_setting(overrides, "remote.log.upload.segments.in.flight")
-        self.manifest = ManifestStore(broker.config.aws)
+        self.manifest = ManifestStore(context.config.aws)
         self.objects = SegmentObjectStore(
-            broker.config.aws,
+            context.config.aws,
             tuning=UploadTuning(
                 multipart_threshold_bytes=tiering_setting(
                     overrides, "remote.log.s3.multipart.threshold.bytes"
@@ -110,13 +111,10 @@ class TieringService:
         self._loop_task: asyncio.Task[None] | None = None
 
     def _topic_is_tiered(self, topic: str) -> bool:
-        described = self.broker.image.topics.get(topic)
+        described = self.context.image.topics.get(topic)
         return described is not None and is_tiered(described.configs)
 
     # -- BrokerService -----------------------------------------------------------------------
-
-    def register(self, handlers: RequestHandlers) -> None:
-        handlers.remote_reader = self.reader
 
     async def start(self) -> None:
         await asyncio.to_thread(self.manifest.ensure_table)
@@ -143,8 +141,8 @@ class TieringService:
 
     def visit_all(self) -> None:
         """Start a visit of every hosted replica of a tiered topic that is not being visited already."""
-        image = self.broker.image
-        hosted = self.broker.replicas.partitions
+        image = self.context.image
+        hosted = self.context.replicas.partitions
         for key, partition in list(hosted.items()):
             described = image.topics.get(partition.topic)
             if (
@@ -157,7 +155,7 @@ class TieringService:
             running = self._visits.get(key)
             if running is not None and not running.done():
                 continue
-            limits = TieredRetention.resolve(described.configs, self.broker.config)
+            limits = TieredRetention.resolve(described.configs, self.context.config)
             self._visits[key] = asyncio.create_task(
                 self._visit(key, partition, limits), name=f"tiering {key}"
             )
@@ -186,7 +184,7 @@ class TieringService:
                 if uploader is None or not partition.is_leader:
                     return
                 remote_end = uploader.remote_end_offset
-            if self.broker.replicas.partitions.get(key) is not partition:
+            if self.context.replicas.partitions.get(key) is not partition:
                 return  # the replica was closed (reassigned or deleted) while we were away
             new_start = apply_local_retention(partition.log, remote_end, limits, _now_ms())
             log.debug(

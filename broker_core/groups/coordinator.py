@@ -32,12 +32,13 @@ import datetime
 import functools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import build_entity, response_class
 
@@ -47,14 +48,11 @@ from .lease import LeaseObserver
 from .store import NO_HOLDER, CommittedOffset, GroupLease, GroupStore, StoredGroup, wall_clock_ms
 
 if TYPE_CHECKING:
-    from broker_core.server.broker import Broker
-    from broker_core.server.handlers import RequestHandlers
+    from broker_core.server.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
 ZERO = datetime.timedelta(0)
-FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
-LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42
 GROUP_KEY_TYPE = 0
 TICK_S = 0.1
 # The holder trusts its lease for this share of the duration after a heartbeat's send time; the
@@ -82,11 +80,11 @@ def _millis(value: datetime.timedelta | int | None, default: int) -> int:
 class GroupCoordinator:
     """A BrokerService: registers the group APIs and runs lease heartbeats, timers and offset expiry."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.config = broker.config
-        self.broker_id = broker.config.broker_id
-        self.store = GroupStore(broker.config.aws)
+    def __init__(self, context: BrokerContext) -> None:
+        self.context = context
+        self.config = context.config
+        self.broker_id = context.config.broker_id
+        self.store = GroupStore(context.config.aws)
         self.lease_duration_ms = self.config.get_int("broker.session.timeout.ms")
         self.groups: dict[str, ConsumerGroup] = {}
         self._observer = LeaseObserver()
@@ -97,15 +95,15 @@ class GroupCoordinator:
 
     # service ------------------------------------------------------------------------------------
 
-    def register(self, handlers: RequestHandlers) -> None:
-        for api_key, handler in (
-            (FIND_COORDINATOR, self.find_coordinator), (JOIN_GROUP, self.join_group),
-            (SYNC_GROUP, self.sync_group), (HEARTBEAT, self.heartbeat), (LEAVE_GROUP, self.leave_group),
-            (OFFSET_COMMIT, self.offset_commit), (OFFSET_FETCH, self.offset_fetch),
-            (DESCRIBE_GROUPS, self.describe_groups), (LIST_GROUPS, self.list_groups),
-            (DELETE_GROUPS, self.delete_groups),
-        ):
-            handlers.register(api_key, handler)
+    def api_handlers(self) -> dict[ApiKey, Callable[[Request], Awaitable[Any]]]:
+        """The group APIs this service serves, for the broker's request handlers."""
+        return {
+            ApiKey.FIND_COORDINATOR: self.find_coordinator, ApiKey.JOIN_GROUP: self.join_group,
+            ApiKey.SYNC_GROUP: self.sync_group, ApiKey.HEARTBEAT: self.heartbeat,
+            ApiKey.LEAVE_GROUP: self.leave_group, ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.OFFSET_FETCH: self.offset_fetch, ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.LIST_GROUPS: self.list_groups, ApiKey.DELETE_GROUPS: self.delete_groups,
+        }
 
     async def start(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=_IO_THREADS, thread_name_prefix="group-dynamodb")
@@ -214,7 +212,7 @@ class GroupCoordinator:
                 lease = await self._io(self.store.take_lease, stored.lease, self.broker_id, self.lease_duration_ms)
             else:
                 holder = stored.lease.holder
-                live = {b.broker_id for b in self.broker.image.live_brokers()}
+                live = {b.broker_id for b in self.context.image.live_brokers()}
                 return (ErrorCode.none, holder) if holder in live else (ErrorCode.coordinator_not_available, -1)
             if lease is not None:
                 self._observer.forget(group_id)
@@ -306,9 +304,9 @@ class GroupCoordinator:
             answer["error_code"] = error
             if error == ErrorCode.none:
                 if node == self.broker_id:
-                    answer["host"], answer["port"] = self.config.advertised, self.broker.port
+                    answer["host"], answer["port"] = self.config.advertised, self.context.port
                 else:
-                    registration = self.broker.image.brokers[node]
+                    registration = self.context.image.brokers[node]
                     answer["host"], answer["port"] = registration.host, registration.port
                 answer["node_id"] = node
         first = answers[0]
@@ -698,7 +696,7 @@ class GroupCoordinator:
             error = self._validate_commit(group, body)
         now_ms = wall_clock_ms()
         retention_ms = _millis(getattr(body, "retention_time", None), -1)
-        image = self.broker.image
+        image = self.context.image
         max_metadata = self.config.get_int("offset.metadata.max.bytes")
         topics, writes = [], []
         for topic in body.topics:
@@ -807,7 +805,7 @@ class GroupCoordinator:
                 listed[group.group_id] = {"group_id": group.group_id, "protocol_type": group.protocol_type or "",
                                           "group_state": group.state.value}
         error = ErrorCode.none
-        live = sorted(b.broker_id for b in self.broker.image.live_brokers())
+        live = sorted(b.broker_id for b in self.context.image.live_brokers())
         if live and live[0] == self.broker_id:
             # Groups whose coordinator is gone are nobody's until a client looks for them; the
             # lowest-numbered live broker lists them so that no group drops out of the listing.

@@ -20,8 +20,9 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from .api_keys import ApiKey
 from .bounds import LengthOutOfBoundsError, check_lengths
-from .messages import API_VERSIONS_KEY, SUPPORTED_VERSIONS, request_class, response_class
+from .messages import SUPPORTED_VERSIONS, request_class, response_class
 
 _SIZE = struct.Struct(">i")
 _API_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
@@ -276,7 +277,7 @@ class _SplicingBuffer:
 
 def response_header_flexible(api_key: int, api_version: int) -> bool:
     # ApiVersions responses always use header v0 so that a client can read them whatever it asked.
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return False
     return bool(response_class(api_key, api_version).__flexible__)
 

@@ -17,33 +17,32 @@ from kio.schema.index import api_key_map
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from kio.static.constants import EntityType
 
+from .api_keys import ApiKey
+
 # API key -> (lowest, highest) version Floe serves. The lowest versions are Kafka 4.0's floor (the
 # oldest kio generates); the highest are where the behaviour behind every field is implemented.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    0: (3, 9),  # Produce
-    1: (4, 12),  # Fetch (v13+ addresses topics by id only)
-    2: (1, 7),  # ListOffsets
-    3: (0, 12),  # Metadata
-    8: (2, 8),  # OffsetCommit
-    9: (1, 7),  # OffsetFetch
-    10: (0, 4),  # FindCoordinator
-    11: (0, 9),  # JoinGroup
-    12: (0, 4),  # Heartbeat
-    13: (0, 5),  # LeaveGroup
-    14: (0, 5),  # SyncGroup
-    15: (0, 5),  # DescribeGroups
-    16: (0, 4),  # ListGroups
-    18: (0, 3),  # ApiVersions
-    19: (2, 7),  # CreateTopics
-    20: (1, 5),  # DeleteTopics
-    22: (0, 4),  # InitProducerId
-    23: (2, 4),  # OffsetForLeaderEpoch
-    32: (1, 4),  # DescribeConfigs
-    42: (0, 2),  # DeleteGroups
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),  # v13+ addresses topics by id only
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 5),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DELETE_GROUPS: (0, 2),
 }
-
-PRODUCE_KEY = 0
-API_VERSIONS_KEY = 18
 
 
 def api_name(api_key: int) -> str:

@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from broker_core.client import BrokerConnection, ClientError
 from broker_core.log.errors import LogError
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.messages import build_entity, request_class
 from broker_core.protocol.replica_fetch import (
     FETCH_VERSION,
@@ -40,14 +41,11 @@ from broker_core.protocol.replica_fetch import (
 from broker_core.records.errors import RecordsError
 
 if TYPE_CHECKING:
-    from broker_core.server.broker import Broker
+    from broker_core.server.context import BrokerContext
     from broker_core.server.partition import Partition
 
 log = logging.getLogger(__name__)
 
-FETCH = 1
-LIST_OFFSETS = 2
-OFFSET_FOR_LEADER_EPOCH = 23
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -69,8 +67,14 @@ class FollowedPartition:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: Broker, leader_id: int) -> None:
-        self.broker = broker
+    """Pulls every partition this broker follows on one leader, over one connection (see the module doc).
+
+    Runs as one task on the broker's event loop; `follow`, `unfollow` and `stop` are called by
+    `ReplicaFetcherManager` on the same loop.
+    """
+
+    def __init__(self, context: BrokerContext, leader_id: int) -> None:
+        self.context = context
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], FollowedPartition] = {}
         self._connection: BrokerConnection | None = None
@@ -80,8 +84,8 @@ class ReplicaFetcher:
         self._membership_changed = asyncio.Event()
         # A refusal mostly means the leader or this broker has not read the latest metadata yet;
         # both will have within one poll interval.
-        self._stall_s = broker.config.get_int("metadata.poll.interval.ms") / 1000
-        self._fast_recheck_window_s = 2 * broker.config.get_int("broker.session.timeout.ms") / 1000
+        self._stall_s = context.config.get_int("metadata.poll.interval.ms") / 1000
+        self._fast_recheck_window_s = 2 * context.config.get_int("broker.session.timeout.ms") / 1000
         self._trouble_since: float | None = None
 
     def follow(self, partition: Partition) -> None:
@@ -117,11 +121,11 @@ class ReplicaFetcher:
         if self._connection is not None and self._connection.connected:
             return self._connection
         await self._close_connection()
-        leader = self.broker.image.brokers.get(self.leader_id)
+        leader = self.context.image.brokers.get(self.leader_id)
         if leader is None:
             return None
-        connection = BrokerConnection(leader.host, leader.port, client_id=f"floe-replica-{self.broker.config.broker_id}",
-                                      request_timeout_s=self.broker.config.get_int("request.timeout.ms") / 1000,
+        connection = BrokerConnection(leader.host, leader.port, client_id=f"floe-replica-{self.context.config.broker_id}",
+                                      request_timeout_s=self.context.config.get_int("request.timeout.ms") / 1000,
                                       node_id=self.leader_id)
         await connection.connect()
         self._connection = connection
@@ -137,7 +141,7 @@ class ReplicaFetcher:
             self._trouble_since = now
         if now - self._trouble_since > self._fast_recheck_window_s:
             return usual_wait_s
-        self.broker.recheck_metadata_soon(LEADER_RECHECK_S)
+        self.context.recheck_metadata_soon(LEADER_RECHECK_S)
         return LEADER_RECHECK_S
 
     async def _run(self) -> None:
@@ -192,11 +196,11 @@ class ReplicaFetcher:
             by_topic.setdefault(f.partition.topic, []).append(
                 {"partition": f.partition.index, "current_leader_epoch": f.leader_epoch, "leader_epoch": latest})
         request = build_entity(
-            request_class(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION),
-            {"replica_id": self.broker.config.broker_id,
+            request_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION),
+            {"replica_id": self.context.config.broker_id,
              "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]},
         )
-        response = await connection.send(OFFSET_FOR_LEADER_EPOCH, request)
+        response = await connection.send(ApiKey.OFFSET_FOR_LEADER_EPOCH, request)
         answers = {(t.topic, p.partition): p for t in response.topics for p in t.partitions}
         for f, latest in asks:
             answer = answers.get((f.partition.topic, f.partition.index))
@@ -223,7 +227,7 @@ class ReplicaFetcher:
     async def _fetch(self, connection: BrokerConnection, followed: list[FollowedPartition]) -> None:
         if self._membership_changed.is_set():
             return  # a partition joined since `followed` was chosen: choose again
-        config = self.broker.config
+        config = self.context.config
         # Not past the moment a stalled partition is due again: it is not in this request, and a
         # long poll would otherwise hold its retry back.
         wait_ms = config.get_int("replica.fetch.wait.max.ms")
@@ -236,10 +240,10 @@ class ReplicaFetcher:
         for f in followed:
             positions.setdefault(f.partition.topic, []).append(FetchPosition(
                 f.partition.index, f.leader_epoch, f.partition.log_end_offset, f.partition.log_start_offset, max_bytes))
-        if connection.version_for(FETCH) != FETCH_VERSION:
+        if connection.version_for(ApiKey.FETCH) != FETCH_VERSION:
             raise ClientError(f"leader {self.leader_id} does not serve Fetch v{FETCH_VERSION}")
         request = asyncio.ensure_future(connection.send_raw(
-            FETCH, FETCH_VERSION,
+            ApiKey.FETCH, FETCH_VERSION,
             lambda correlation_id: encode_replica_fetch(
                 correlation_id, connection.client_id, replica_id=config.broker_id, max_wait_ms=wait_ms, min_bytes=1,
                 max_bytes=config.get_int("replica.fetch.response.max.bytes"), topics=positions),
@@ -313,8 +317,8 @@ class ReplicaFetcher:
             partition.truncate_fully_and_start_at(earliest)
 
     async def _leader_offset(self, connection: BrokerConnection, f: FollowedPartition, timestamp: int) -> int | None:
-        response = await connection.send(LIST_OFFSETS, {
-            "replica_id": self.broker.config.broker_id, "isolation_level": 0,
+        response = await connection.send(ApiKey.LIST_OFFSETS, {
+            "replica_id": self.context.config.broker_id, "isolation_level": 0,
             "topics": [{"name": f.partition.topic, "partitions": [
                 {"partition_index": f.partition.index, "current_leader_epoch": f.leader_epoch, "timestamp": timestamp}]}],
         })
@@ -325,8 +329,8 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Keeps one fetcher per leader broker, each following exactly the partitions led there."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, context: BrokerContext) -> None:
+        self.context = context
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._stopped = False
 
@@ -334,7 +338,7 @@ class ReplicaFetcherManager:
         if self._stopped:
             return  # the broker is stopping; a metadata refresh must not start fetchers again
         wanted: dict[int, list[Partition]] = {}
-        for partition in self.broker.replicas.partitions.values():
+        for partition in self.context.replicas.partitions.values():
             if not partition.is_leader and partition.leader_id >= 0:
                 wanted.setdefault(partition.leader_id, []).append(partition)
         for leader_id, fetcher in list(self.fetchers.items()):
@@ -348,7 +352,7 @@ class ReplicaFetcherManager:
         for leader_id, partitions in wanted.items():
             fetcher = self.fetchers.get(leader_id)
             if fetcher is None:
-                fetcher = self.fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id)
+                fetcher = self.fetchers[leader_id] = ReplicaFetcher(self.context, leader_id)
             for partition in partitions:
                 fetcher.follow(partition)
 

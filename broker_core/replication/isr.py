@@ -20,7 +20,7 @@ from broker_core.metadata.errors import MetadataError, StaleEpochError
 from broker_core.metadata.state import BrokerState
 
 if TYPE_CHECKING:
-    from broker_core.server.broker import Broker
+    from broker_core.server.context import BrokerContext
     from broker_core.server.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -46,15 +46,21 @@ def proposed_isr(partition: Partition, live_brokers: set[int], lag_max_ms: float
 
 
 class IsrManager:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """The leader's side of ISR changes for every partition this broker leads (see the module doc).
+
+    Runs on the broker's event loop, one `run_once` at a time; each change is written through the
+    metadata store in a worker thread.
+    """
+
+    def __init__(self, context: BrokerContext) -> None:
+        self.context = context
 
     async def run_once(self) -> None:
-        image = self.broker.image
+        image = self.context.image
         live = {b.broker_id for b in image.brokers.values() if b.state is BrokerState.RUNNING}
-        lag_max = self.broker.config.get_int("replica.lag.time.max.ms")
+        lag_max = self.context.config.get_int("replica.lag.time.max.ms")
         now = time.monotonic() * 1000
-        for partition in list(self.broker.replicas.partitions.values()):
+        for partition in list(self.context.replicas.partitions.values()):
             if not partition.is_leader:
                 continue
             new_isr = proposed_isr(partition, live, lag_max, now)
@@ -63,15 +69,15 @@ class IsrManager:
             await self._alter(partition, new_isr)
 
     async def _alter(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
-        state = self.broker.image.partitions.get((partition.topic, partition.index))
+        state = self.context.image.partitions.get((partition.topic, partition.index))
         if state is None or state.leader_epoch != partition.leader_epoch:
             return
         proposed = replace(state, isr=new_isr)
         try:
-            written = await asyncio.to_thread(self.broker.store.update_partition, proposed, partition.partition_epoch)
+            written = await asyncio.to_thread(self.context.store.update_partition, proposed, partition.partition_epoch)
         except StaleEpochError:
             log.info("%s-%d: ISR change to %s lost a race; re-reading metadata", partition.topic, partition.index, new_isr)
-            await self.broker.refresh_metadata()
+            await self.context.refresh_metadata()
             return
         except MetadataError as exc:
             log.warning("%s-%d: ISR change to %s failed: %s", partition.topic, partition.index, new_isr, exc)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from broker_core.aws import AwsSettings
 
-from .broker import Broker
+from .assembly import build_broker
 from .config import BrokerConfig, parse_overrides
 
 
@@ -44,7 +44,7 @@ async def run(args: argparse.Namespace) -> None:
         rack=args.rack, advertised_host=args.advertised_host, overrides=parse_overrides(args.overrides),
     )
     config.validate()
-    broker = Broker(config)
+    broker = build_broker(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)

@@ -1,11 +1,15 @@
-"""A broker node: the Kafka listener plus its duties towards the cluster.
+"""A broker node: its membership in the cluster and the duties that come with it.
+
+The broker's pieces (listener and request handlers, replica fetchers, ISR manager, group
+coordinator, tiering service) are built in one place, `broker_core.server.assembly`, and reach the
+broker only through the `BrokerContext` protocol; this module imports none of them.
 
 Start-up: create the DynamoDB tables if missing, listen, register (getting a broker epoch), read the
-metadata snapshot and open the replicas assigned here. Then, until stopped, four loops run:
+metadata snapshot and open the replicas assigned here. Then, until stopped, these loops run:
 heartbeat (re-registering with a new epoch if the controller fenced us), metadata poll (a consistent
 read of the version item; a new version means a new snapshot), the controller role (try the lease,
-and while holding it fence stalled brokers and elect leaders, at the metadata poll cadence), and log
-retention.
+and while holding it fence stalled brokers and elect leaders, at the metadata poll cadence), log
+retention, the ISR check and the high-watermark checkpoint.
 pynamodb is synchronous, so every DynamoDB call runs in a worker thread, never on the event loop.
 """
 
@@ -14,21 +18,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, MetadataError
-from broker_core.metadata.state import BrokerState, ProducerIdBlock
+from broker_core.metadata.image import MetadataImage
+from broker_core.metadata.state import BrokerState
 from broker_core.metadata.store import MetadataStore
-from broker_core.replication.fetcher import ReplicaFetcherManager
-from broker_core.replication.isr import IsrManager
 
-from .config import BROKER_DEFAULTS, BrokerConfig
-from .handlers import RequestHandlers
-from .listener import KafkaListener
-from .replica_manager import MetadataImage, ReplicaManager
-from .topic_configs import SOURCE_DEFAULT, SOURCE_STATIC_BROKER, ConfigEntry, effective
+from .config import BrokerConfig
+from .replica_manager import ReplicaManager
+from .topic_configs import effective
 
 log = logging.getLogger(__name__)
 ISR_CHECK_INTERVAL_S = 0.25
@@ -38,25 +40,56 @@ NO_CONTROLLER_EPOCH = -1
 
 
 class BrokerService(Protocol):
-    """A subsystem hosted by the broker: it registers API handlers and runs background work."""
-
-    def register(self, handlers: RequestHandlers) -> None: ...
+    """A subsystem hosted by the broker that runs background work (consumer groups, tiering)."""
 
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
 
 
+class Listener(Protocol):
+    async def start(self) -> int: ...
+
+    async def stop(self) -> None: ...
+
+
+class ReplicaFetchers(Protocol):
+    async def update(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class IsrDuty(Protocol):
+    async def run_once(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class BrokerParts:
+    """The pieces `broker_core.server.assembly` builds around a broker and hands in with `Broker.host`."""
+
+    listener: Listener
+    fetchers: ReplicaFetchers
+    isr: IsrDuty
+    services: Sequence[BrokerService]
+
+
 class Broker:
+    """One broker node's membership in the cluster: registration, metadata, controller role, duties.
+
+    It owns the broker's settings, its metadata store, the current `MetadataImage` and the hosted
+    replicas, and implements `BrokerContext` for the services around it (handlers, fetchers, ISR
+    manager, group coordinator, tiering), which the assembly builds and hands in with `host` before
+    `start`. Invariants: the image only moves forward in version and is replaced whole, under
+    ``_refresh_lock``, with the replicas and fetchers brought in line before the lock is released; the
+    broker epoch is the one DynamoDB returned for the latest registration. Everything runs on one
+    event loop; DynamoDB calls go to worker threads.
+    """
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.store = MetadataStore(config.aws)
         self.image = MetadataImage()
         self.replicas = ReplicaManager(config)
-        self.handlers = RequestHandlers(self)
-        self.listener = KafkaListener(
-            self.handlers, config.host, config.port, config.get_int("socket.request.max.bytes")
-        )
         self.cluster_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"floe:{config.aws.table_prefix}"))
         self.broker_epoch = -1
         session_ms = config.get_int("broker.session.timeout.ms")
@@ -66,10 +99,7 @@ class Broker:
             self.store, controller_epoch=NO_CONTROLLER_EPOCH,
             session_timeout_ms=config.get_int("broker.session.timeout.ms"),
         )
-        self.fetchers = ReplicaFetcherManager(self)
-        self._producer_ids: ProducerIdBlock | None = None
-        self._producer_id_lock = asyncio.Lock()
-        self.isr = IsrManager(self)
+        self._parts: BrokerParts | None = None
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
         self._lease_renewal_due = float("-inf")
@@ -77,22 +107,23 @@ class Broker:
         self._catch_up_started = float("-inf")
         self._stopping = False
         self.port = config.port
-        self.services: list[BrokerService] = self._services()
-        for service in self.services:
-            service.register(self.handlers)
 
-    def _services(self) -> list[BrokerService]:
-        """Subsystems that add APIs and background work to the broker (consumer groups, tiering)."""
-        from broker_core.groups.coordinator import GroupCoordinator
-        from tiered_storage.service import TieringService
+    def host(self, parts: BrokerParts) -> None:
+        """Take the listener, fetchers, ISR manager and services built around this broker."""
+        self._parts = parts
 
-        return [GroupCoordinator(self), TieringService(self)]
+    @property
+    def parts(self) -> BrokerParts:
+        if self._parts is None:
+            raise RuntimeError("the broker was not assembled: build it with broker_core.server.assembly")
+        return self._parts
 
     # lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
         await asyncio.to_thread(self.store.ensure_tables)
-        self.port = await self.listener.start()
+        parts = self.parts
+        self.port = await parts.listener.start()
         self.broker_epoch = await asyncio.to_thread(
             self.store.register_broker, self.config.broker_id, self.config.advertised, self.port, self.config.rack
         )
@@ -102,7 +133,7 @@ class Broker:
         # (librdkafka waits minutes before asking again when it was told there is none).
         await self._controller_duty()
         await self.refresh_metadata()
-        for service in self.services:
+        for service in parts.services:
             await service.start()
         heartbeat_s = self.config.get_int("broker.heartbeat.interval.ms") / 1000
         self._tasks = [
@@ -113,7 +144,7 @@ class Broker:
                                 name="controller"),
             asyncio.create_task(self._every(self.config.get_int("log.retention.check.interval.ms") / 1000,
                                             self._enforce_retention), name="retention"),
-            asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, self.isr.run_once), name="isr"),
+            asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, parts.isr.run_once), name="isr"),
             asyncio.create_task(self._every(self.config.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000,
                                             self._checkpoint_high_watermarks), name="hw-checkpoint"),
         ]
@@ -134,10 +165,11 @@ class Broker:
         if self._catch_up is not None:
             self._catch_up.cancel()
             await asyncio.gather(self._catch_up, return_exceptions=True)
-        await self.fetchers.stop()
-        for service in reversed(self.services):
+        parts = self.parts
+        await parts.fetchers.stop()
+        for service in reversed(parts.services):
             await service.stop()
-        await self.listener.stop()
+        await parts.listener.stop()
         self.replicas.close()
 
     async def _cancel_tasks(self, names: tuple[str, ...] | None) -> None:
@@ -269,7 +301,7 @@ class Broker:
             image = MetadataImage.from_snapshot(snapshot, controller_id=lease.holder if lease else -1)
             self.image = image
             self.replicas.apply(image)
-            await self.fetchers.update()
+            await self.parts.fetchers.update()
 
     def controller_check_interval_s(self) -> float:
         """How often the controller duty runs: the metadata poll interval, at most the heartbeat interval."""
@@ -320,27 +352,3 @@ class Broker:
                 # once the manifest says it is in S3.
                 continue
             partition.log.enforce_retention(high_watermark=partition.high_watermark)
-
-    # helpers for handlers ----------------------------------------------------------------------
-
-    async def next_producer_id(self) -> int:
-        """A producer id no other broker hands out: from a block this broker allocated in DynamoDB."""
-        async with self._producer_id_lock:
-            if self._producer_ids is None or self._producer_ids.start >= self._producer_ids.end:
-                block = await asyncio.to_thread(self.store.allocate_producer_id_block)
-                self._producer_ids = block
-            producer_id = self._producer_ids.start
-            self._producer_ids = self._producer_ids._replace(start=producer_id + 1)
-            return producer_id
-
-    def min_insync_replicas(self, topic_configs: dict[str, str]) -> int:
-        return int(effective(topic_configs, self.config, "min.insync.replicas"))
-
-    def describe_broker_configs(self, keys: set[str] | None) -> list[ConfigEntry]:
-        entries = []
-        for name in sorted(set(BROKER_DEFAULTS) | set(self.config.overrides)):
-            if keys is not None and name not in keys:
-                continue
-            source = SOURCE_STATIC_BROKER if name in self.config.overrides else SOURCE_DEFAULT
-            entries.append(ConfigEntry(name, self.config.get(name), source))
-        return entries

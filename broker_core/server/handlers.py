@@ -23,20 +23,28 @@ from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError
 from broker_core.log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import FileRecords, Request
 from broker_core.protocol.messages import SUPPORTED_VERSIONS, build_entity, response_class
 from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
 )
-from tiered_storage.remote_reader import RemoteStorageError
 
-from .topic_configs import TopicConfigError, describe_topic_configs, validate_topic_configs
+from .config import BROKER_DEFAULTS, BrokerConfig
+from .remote_reads import RemoteReads, RemoteStorageError
+from .topic_configs import (
+    SOURCE_DEFAULT,
+    SOURCE_STATIC_BROKER,
+    ConfigEntry,
+    TopicConfigError,
+    describe_topic_configs,
+    validate_topic_configs,
+)
 
 if TYPE_CHECKING:
-    from tiered_storage.remote_reader import RemoteLogReader
-
-    from .broker import Broker
+    from .context import BrokerContext
+    from .producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -57,25 +65,33 @@ def _respond(request: Request, data: dict[str, Any]) -> Any:
 
 
 class RequestHandlers:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        # Set by the tiering service when the broker hosts one (tiered_storage.service).
-        self.remote_reader: RemoteLogReader | None = None
+    """The broker's API table: one coroutine per Kafka API, the group APIs registered by the assembly.
+
+    ``remote_reads`` is the tiering service's reader when the broker tiers to S3 (None otherwise):
+    consumers' Fetch and ListOffsets below the local log start go there. Handlers run on the event
+    loop; a connection calls one at a time, except Produce (see `start_produce`).
+    """
+
+    def __init__(self, context: BrokerContext, producer_ids: ProducerIdAllocator,
+                 remote_reads: RemoteReads | None = None) -> None:
+        self.context = context
+        self.producer_ids = producer_ids
+        self.remote_reads = remote_reads
         self.table: dict[int, Handler] = {
-            0: self.produce,
-            1: self.fetch,
-            2: self.list_offsets,
-            3: self.metadata,
-            18: self.api_versions,
-            19: self.create_topics,
-            20: self.delete_topics,
-            22: self.init_producer_id,
-            23: self.offset_for_leader_epoch,
-            32: self.describe_configs,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
         }
 
     def register(self, api_key: int, handler: Handler) -> None:
-        """Other subsystems (groups, replication) add their APIs here."""
+        """Add an API served by another subsystem (the group coordinator's, by the assembly)."""
         self.table[api_key] = handler
 
     def supported(self) -> dict[int, tuple[int, int]]:
@@ -98,15 +114,15 @@ class RequestHandlers:
     async def _catch_up_for(self, names: Iterable[str | None]) -> None:
         """Before a request naming a topic this broker's image lacks is answered, let the broker
         check for newer metadata: the topic may have been created since its last poll."""
-        topics = self.broker.image.topics
+        topics = self.context.image.topics
         if any(name is not None and name not in topics for name in names):
-            await self.broker.catch_up_metadata()
+            await self.context.catch_up_metadata()
 
     async def metadata(self, request: Request) -> Any:
         body = request.body
         if body.topics:
             await self._catch_up_for(getattr(entry, "name", None) for entry in body.topics)
-        image = self.broker.image
+        image = self.context.image
         if body.topics is None:
             names = sorted(image.topics)
         else:
@@ -148,7 +164,7 @@ class RequestHandlers:
             for b in sorted(image.live_brokers(), key=lambda b: b.broker_id)
         ]
         return _respond(request, {
-            "throttle_time": ZERO, "brokers": brokers, "cluster_id": self.broker.cluster_id,
+            "throttle_time": ZERO, "brokers": brokers, "cluster_id": self.context.cluster_id,
             "controller_id": image.controller_id, "topics": topics,
         })
 
@@ -200,12 +216,12 @@ class RequestHandlers:
 
     def _append(self, topic: str, index: int, records: bytes | None, acks: int,
                 result: dict[str, Any], pending: list) -> None:
-        image = self.broker.image
+        image = self.context.image
         described = image.topics.get(topic)
         if described is None or (topic, index) not in image.partitions:
             result["error_code"] = ErrorCode.unknown_topic_or_partition
             return
-        partition = self.broker.replicas.get(topic, index)
+        partition = self.context.replicas.get(topic, index)
         if partition is None or not partition.is_leader:
             result["error_code"] = ErrorCode.not_leader_or_follower
             return
@@ -213,8 +229,7 @@ class RequestHandlers:
             result["error_code"] = ErrorCode.corrupt_message
             result["error_message"] = "produce request carries no record batch"
             return
-        min_isr = self.broker.min_insync_replicas(described.configs)
-        if acks == -1 and len(partition.isr) < min_isr:
+        if acks == -1 and len(partition.isr) < partition.min_insync_replicas:
             result["error_code"] = ErrorCode.not_enough_replicas
             return
         try:
@@ -251,10 +266,8 @@ class RequestHandlers:
             for future in futures:
                 future.cancel()
         for result, partition, _ in pending:
-            if result["error_code"] == ErrorCode.none:
-                described = self.broker.image.topics.get(partition.topic)
-                if described and len(partition.isr) < self.broker.min_insync_replicas(described.configs):
-                    result["error_code"] = ErrorCode.not_enough_replicas_after_append
+            if result["error_code"] == ErrorCode.none and len(partition.isr) < partition.min_insync_replicas:
+                result["error_code"] = ErrorCode.not_enough_replicas_after_append
 
     # Fetch -------------------------------------------------------------------------------------
 
@@ -277,7 +290,7 @@ class RequestHandlers:
         })
 
     async def _read_fetch(self, body: Any, replica_id: int) -> tuple[list, int, list, bool]:
-        image = self.broker.image
+        image = self.context.image
         remaining = body.max_bytes
         total = 0
         had_error = False
@@ -291,7 +304,7 @@ class RequestHandlers:
                             "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
                             "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
                 responses.append(response)
-                partition = self.broker.replicas.get(name, p.partition)
+                partition = self.context.replicas.get(name, p.partition)
                 if name not in image.topics or (name, p.partition) not in image.partitions:
                     response["error_code"] = ErrorCode.unknown_topic_or_partition
                 elif partition is None or not partition.is_leader:
@@ -315,7 +328,7 @@ class RequestHandlers:
                 limit = min(p.partition_max_bytes, remaining)
                 # Tiered storage: consumers reading a tiered topic below the local log start get the
                 # same batches from S3 (tiered_storage.remote_reader); followers always read locally.
-                remote = self.remote_reader if replica_id < 0 else None
+                remote = self.remote_reads if replica_id < 0 else None
                 if remote is not None and remote.is_tiered(name):
                     try:
                         response["log_start_offset"] = await remote.log_start_offset(partition)
@@ -357,7 +370,7 @@ class RequestHandlers:
     async def list_offsets(self, request: Request) -> Any:
         body = request.body
         await self._catch_up_for(topic_request.name for topic_request in body.topics)
-        image = self.broker.image
+        image = self.context.image
         topics = []
         for topic_request in body.topics:
             partitions = []
@@ -365,7 +378,7 @@ class RequestHandlers:
                 result = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                           "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
                 partitions.append(result)
-                partition = self.broker.replicas.get(topic_request.name, p.partition_index)
+                partition = self.context.replicas.get(topic_request.name, p.partition_index)
                 if topic_request.name not in image.topics or (topic_request.name, p.partition_index) not in image.partitions:
                     result["error_code"] = ErrorCode.unknown_topic_or_partition
                     continue
@@ -392,7 +405,7 @@ class RequestHandlers:
                     continue
                 # Tiered storage: for consumers, the earliest offset or a timestamp's offset may lie
                 # in S3 below the local log (tiered_storage.remote_reader); followers stay local.
-                remote = self.remote_reader if body.replica_id < 0 else None
+                remote = self.remote_reads if body.replica_id < 0 else None
                 if remote is not None and p.timestamp != LATEST_TIMESTAMP and remote.is_tiered(topic_request.name):
                     try:
                         answer = await remote.list_offset(partition, p.timestamp)
@@ -420,12 +433,12 @@ class RequestHandlers:
         # producer_id/producer_epoch exist from v3 (KIP-360); older requests always ask for a new id.
         elif getattr(body, "producer_id", -1) >= 0 and getattr(body, "producer_epoch", -1) >= 0:
             if body.producer_epoch >= 32766:
-                response["producer_id"], response["producer_epoch"] = await self.broker.next_producer_id(), 0
+                response["producer_id"], response["producer_epoch"] = await self.producer_ids.next_id(), 0
             else:
                 response["producer_id"], response["producer_epoch"] = body.producer_id, body.producer_epoch + 1
         else:
             try:
-                response["producer_id"], response["producer_epoch"] = await self.broker.next_producer_id(), 0
+                response["producer_id"], response["producer_epoch"] = await self.producer_ids.next_id(), 0
             except meta_errors.MetadataError:
                 response["error_code"] = ErrorCode.coordinator_not_available
         return _respond(request, response)
@@ -434,14 +447,14 @@ class RequestHandlers:
 
     async def offset_for_leader_epoch(self, request: Request) -> Any:
         """Where a leader epoch ends in the leader's log: followers (and KIP-320 consumers) truncate by it."""
-        image = self.broker.image
+        image = self.context.image
         topics = []
         for topic_request in request.body.topics:
             partitions = []
             for p in topic_request.partitions:
                 result = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
                 partitions.append(result)
-                partition = self.broker.replicas.get(topic_request.topic, p.partition)
+                partition = self.context.replicas.get(topic_request.topic, p.partition)
                 if topic_request.topic not in image.topics or (topic_request.topic, p.partition) not in image.partitions:
                     result["error_code"] = ErrorCode.unknown_topic_or_partition
                 elif partition is None or not partition.is_leader:
@@ -466,9 +479,9 @@ class RequestHandlers:
                       "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": None}
             results.append(result)
             configs = {c.name: c.value for c in topic.configs}
-            num_partitions = topic.num_partitions if topic.num_partitions != -1 else self.broker.config.get_int("num.partitions")
+            num_partitions = topic.num_partitions if topic.num_partitions != -1 else self.context.config.get_int("num.partitions")
             replication = (topic.replication_factor if topic.replication_factor != -1
-                           else self.broker.config.get_int("default.replication.factor"))
+                           else self.context.config.get_int("default.replication.factor"))
             if topic.assignments:
                 result["error_code"] = ErrorCode.invalid_replica_assignment
                 result["error_message"] = "manual replica assignment is not supported; give num_partitions and replication_factor"
@@ -480,7 +493,7 @@ class RequestHandlers:
                     description = None
                 else:
                     description = await asyncio.to_thread(
-                        self.broker.store.create_topic, topic.name, num_partitions, replication, configs
+                        self.context.store.create_topic, topic.name, num_partitions, replication, configs
                     )
             except TopicConfigError as exc:
                 result["error_code"], result["error_message"] = ErrorCode.invalid_config, str(exc)
@@ -495,20 +508,20 @@ class RequestHandlers:
                 created = True
             result["configs"] = [
                 {"name": c.name, "value": c.value, "read_only": False, "config_source": c.source, "is_sensitive": False}
-                for c in describe_topic_configs(configs, self.broker.config, None)
+                for c in describe_topic_configs(configs, self.context.config, None)
             ]
         if created:
-            await self.broker.refresh_metadata()
+            await self.context.refresh_metadata()
         return _respond(request, {"throttle_time": ZERO, "topics": results})
 
     def _validate_new_topic(self, name: str, num_partitions: int, replication: int) -> None:
         """What create_topic checks, without writing: for CreateTopics with validate_only."""
         validate_topic_name(name)
-        if name in self.broker.image.topics:
+        if name in self.context.image.topics:
             raise meta_errors.TopicExistsError(name)
         if num_partitions < 1:
             raise meta_errors.InvalidPartitionsError(num_partitions)
-        live = len(self.broker.image.live_brokers())
+        live = len(self.context.image.live_brokers())
         if not 1 <= replication <= live:
             raise meta_errors.InvalidReplicationFactorError(replication, live)
 
@@ -522,12 +535,12 @@ class RequestHandlers:
             result = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
             results.append(result)
             try:
-                await asyncio.to_thread(self.broker.store.delete_topic, name)
+                await asyncio.to_thread(self.context.store.delete_topic, name)
                 deleted = True
             except meta_errors.MetadataError as exc:
                 result["error_code"], result["error_message"] = _metadata_error_code(exc), str(exc)
         if deleted:
-            await self.broker.refresh_metadata()
+            await self.context.refresh_metadata()
         return _respond(request, {"throttle_time": ZERO, "responses": results})
 
     async def describe_configs(self, request: Request) -> Any:
@@ -541,17 +554,17 @@ class RequestHandlers:
                       "resource_name": resource.resource_name, "configs": []}
             results.append(result)
             if resource.resource_type == RESOURCE_TOPIC:
-                described = self.broker.image.topics.get(resource.resource_name)
+                described = self.context.image.topics.get(resource.resource_name)
                 if described is None:
                     result["error_code"] = ErrorCode.unknown_topic_or_partition
                     continue
-                entries = describe_topic_configs(described.configs, self.broker.config, keys)
+                entries = describe_topic_configs(described.configs, self.context.config, keys)
             elif resource.resource_type == RESOURCE_BROKER:
-                if resource.resource_name not in ("", str(self.broker.config.broker_id)):
+                if resource.resource_name not in ("", str(self.context.config.broker_id)):
                     result["error_code"] = ErrorCode.invalid_request
-                    result["error_message"] = f"this is broker {self.broker.config.broker_id}"
+                    result["error_message"] = f"this is broker {self.context.config.broker_id}"
                     continue
-                entries = self.broker.describe_broker_configs(keys)
+                entries = _describe_broker_configs(self.context.config, keys)
             else:
                 result["error_code"] = ErrorCode.invalid_request
                 result["error_message"] = f"resource type {resource.resource_type} is not supported"
@@ -563,6 +576,16 @@ class RequestHandlers:
                 for e in entries
             ]
         return _respond(request, {"throttle_time": ZERO, "results": results})
+
+
+def _describe_broker_configs(config: BrokerConfig, keys: set[str] | None) -> list[ConfigEntry]:
+    entries = []
+    for name in sorted(set(BROKER_DEFAULTS) | set(config.overrides)):
+        if keys is not None and name not in keys:
+            continue
+        source = SOURCE_STATIC_BROKER if name in config.overrides else SOURCE_DEFAULT
+        entries.append(ConfigEntry(name, config.get(name), source))
+    return entries
 
 
 def _epoch_at(partition: Any, offset: int) -> int:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import (
     FrameDecoder,
     FramingError,
@@ -35,7 +36,7 @@ from broker_core.protocol.framing import (
     decode_request,
     encode_response,
 )
-from broker_core.protocol.messages import API_VERSIONS_KEY, PRODUCE_KEY, api_name
+from broker_core.protocol.messages import api_name
 
 if TYPE_CHECKING:
     from .handlers import RequestHandlers
@@ -107,19 +108,19 @@ class Connection:
         try:
             request = decode_request(frame)
         except UnsupportedVersionError as exc:
-            if exc.api_key == API_VERSIONS_KEY:
+            if exc.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer with v0 and our ranges so the client can pick a version.
-                stub = Request(API_VERSIONS_KEY, 0, exc.correlation_id, None, None, len(frame))
+                stub = Request(ApiKey.API_VERSIONS, 0, exc.correlation_id, None, None, len(frame))
                 response = self.handlers.api_versions_response(stub, ErrorCode.unsupported_version)
                 await self._responses.join()
-                await self._send(encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, response))
+                await self._send(encode_response(ApiKey.API_VERSIONS, 0, exc.correlation_id, response))
                 return True
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
         except InvalidRequestError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
-        if request.api_key == PRODUCE_KEY:
+        if request.api_key == ApiKey.PRODUCE:
             try:
                 complete = await self.handlers.start_produce(request)
             except Exception:

@@ -1,7 +1,6 @@
-"""The broker's view of the cluster and the replicas it hosts.
+"""The replicas a broker hosts, kept in line with the cluster's metadata.
 
-`MetadataImage` indexes one consistent snapshot read from DynamoDB (brokers, topics, partition
-states). `ReplicaManager.apply` reconciles the hosted replicas with a new image: it opens logs for
+`ReplicaManager.apply` reconciles the hosted replicas with a new image: it opens logs for
 partitions newly assigned here, switches roles on leader changes, and closes and removes the
 replicas of deleted topics. It runs on the event loop; opening a log (recovery) is quick enough for
 the partition counts a broker hosts here, and happens only when assignments change.
@@ -11,11 +10,9 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from broker_core.metadata.state import BrokerState
+from broker_core.metadata.image import MetadataImage
 
 from .config import BrokerConfig
 from .partition import Partition
@@ -24,39 +21,14 @@ from .topic_configs import effective
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class MetadataImage:
-    version: int = -1
-    brokers: dict[int, Any] = field(default_factory=dict)
-    topics: dict[str, Any] = field(default_factory=dict)
-    topics_by_id: dict[str, Any] = field(default_factory=dict)
-    partitions: dict[tuple[str, int], Any] = field(default_factory=dict)
-    controller_id: int = -1
-
-    @classmethod
-    def from_snapshot(cls, snapshot: Any, controller_id: int = -1) -> MetadataImage:
-        image = cls(version=snapshot.version, controller_id=controller_id)
-        for broker in snapshot.brokers:
-            image.brokers[broker.broker_id] = broker
-        for topic in snapshot.topics.values():
-            image.topics[topic.name] = topic
-            image.topics_by_id[topic.topic_id] = topic
-        for states in snapshot.partitions.values():
-            for state in states:
-                image.partitions[(state.topic, state.partition)] = state
-        return image
-
-    def live_brokers(self) -> list[Any]:
-        return [b for b in self.brokers.values() if b.state is BrokerState.RUNNING]
-
-    def partitions_of(self, topic: str) -> list[Any]:
-        description = self.topics.get(topic)
-        if description is None:
-            return []
-        return [self.partitions[(topic, p)] for p in range(description.num_partitions) if (topic, p) in self.partitions]
-
-
 class ReplicaManager:
+    """The hosted `Partition` of every (topic, partition) whose replica list names this broker.
+
+    Invariant: after `apply(image)`, ``partitions`` holds exactly the replicas ``image`` assigns here,
+    each in the role (leader or follower, epochs, ISR) the image gives it, with the topic's
+    ``min.insync.replicas`` resolved once per image. Only the event loop calls it.
+    """
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.data_dir = Path(config.data_dir)

@@ -1,0 +1,48 @@
+"""The broker's in-memory view of the cluster: one consistent snapshot from DynamoDB, indexed.
+
+A `MetadataImage` is built from a `ClusterSnapshot` (brokers, topics, partition states, tagged with the
+metadata version) plus the controller lease's holder, and is never changed afterwards: a broker that
+reads a newer snapshot builds a new image and swaps it in whole, so a request handler that holds an
+image sees one version of the cluster from start to end. Any task on the broker's event loop may read
+it; nothing writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .state import BrokerRegistration, BrokerState, ClusterSnapshot, PartitionState, TopicDescription
+
+
+@dataclass
+class MetadataImage:
+    """Brokers by id, topics by name and by id, partition states by (topic, partition)."""
+
+    version: int = -1
+    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    topics: dict[str, TopicDescription] = field(default_factory=dict)
+    topics_by_id: dict[str, TopicDescription] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+    controller_id: int = -1
+
+    @classmethod
+    def from_snapshot(cls, snapshot: ClusterSnapshot, controller_id: int = -1) -> MetadataImage:
+        image = cls(version=snapshot.version, controller_id=controller_id)
+        for broker in snapshot.brokers:
+            image.brokers[broker.broker_id] = broker
+        for topic in snapshot.topics.values():
+            image.topics[topic.name] = topic
+            image.topics_by_id[topic.topic_id] = topic
+        for states in snapshot.partitions.values():
+            for state in states:
+                image.partitions[(state.topic, state.partition)] = state
+        return image
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        return [b for b in self.brokers.values() if b.state is BrokerState.RUNNING]
+
+    def partitions_of(self, topic: str) -> list[PartitionState]:
+        description = self.topics.get(topic)
+        if description is None:
+            return []
+        return [self.partitions[(topic, p)] for p in range(description.num_partitions) if (topic, p) in self.partitions]

@@ -1,0 +1,38 @@
+"""Builds a broker and the pieces around it, and joins them: the one place the broker is wired.
+
+Each piece (request handlers and listener, replica fetchers, ISR manager, group coordinator, tiering
+service) is handed the `Broker` as its `BrokerContext` and nothing else; the handlers get the group
+APIs from the coordinator and the tiering service's reader as their `RemoteReads`. Nothing else in the
+broker imports the services, so the import graph has no circle through `Broker`.
+"""
+
+from __future__ import annotations
+
+from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.replication.fetcher import ReplicaFetcherManager
+from broker_core.replication.isr import IsrManager
+from tiered_storage.service import TieringService
+
+from .broker import Broker, BrokerParts
+from .config import BrokerConfig
+from .handlers import RequestHandlers
+from .listener import KafkaListener
+from .producer_ids import ProducerIdAllocator
+
+
+def build_broker(config: BrokerConfig) -> Broker:
+    """A broker with every piece in place, ready for `Broker.start`."""
+    broker = Broker(config)
+    groups = GroupCoordinator(broker)
+    tiering = TieringService(broker)
+    handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), remote_reads=tiering.reader)
+    for api_key, handler in groups.api_handlers().items():
+        handlers.register(api_key, handler)
+    listener = KafkaListener(handlers, config.host, config.port, config.get_int("socket.request.max.bytes"))
+    broker.host(BrokerParts(
+        listener=listener,
+        fetchers=ReplicaFetcherManager(broker),
+        isr=IsrManager(broker),
+        services=(groups, tiering),
+    ))
+    return broker

@@ -1,0 +1,38 @@
+"""What the Fetch and ListOffsets handlers need of tiered storage, as a protocol.
+
+The broker's request path reads history that lives only in S3 through this interface; the tiering
+service (`tiered_storage.service`) provides the implementation and the broker's assembly hands it
+to the handlers, so nothing under `broker_core` imports `tiered_storage`. All methods run on the
+broker's event loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .partition import Partition
+
+
+class RemoteStorageError(Exception):
+    """Remote data could not be read (S3 or DynamoDB failed for good, or an object is corrupt)."""
+
+
+class RemoteReads(Protocol):
+    """Reads of a tiered partition below its local log start (KIP-405's RemoteLogManager reads)."""
+
+    def is_tiered(self, topic: str) -> bool:
+        """Whether ``topic`` has remote storage enabled; reads of other topics never go remote."""
+        ...
+
+    async def log_start_offset(self, partition: Partition) -> int:
+        """The partition's log start counting the remote tier."""
+        ...
+
+    async def read(self, partition: Partition, offset: int, max_bytes: int, *, min_one_batch: bool) -> bytes:
+        """Whole batches from the remote batch holding ``offset`` (OffsetOutOfRangeError if none)."""
+        ...
+
+    async def list_offset(self, partition: Partition, timestamp: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) from the remote tier, None to keep the local answer."""
+        ...
