@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .store import CommittedOffset, GroupRecord, StoredMember
+from .store import CommittedOffset, GroupRecord, StoredMember, wall_clock_ms
+
+log = logging.getLogger(__name__)
 
 
 class GroupState(enum.Enum):
@@ -136,6 +139,23 @@ class ConsumerGroup:
     def transition(self, state: GroupState, now_ms: int) -> None:
         self.state = state
         self.state_timestamp_ms = now_ms
+
+    def prepare_rebalance(self, reason: str, now: float, initial_delay_s: float = 0.0) -> None:
+        """Enter PreparingRebalance: members must join again within the largest rebalance timeout.
+
+        A group completing a rebalance drops its pending assignment and tells the members parked in
+        SyncGroup to rejoin. ``initial_delay_s`` (Kafka's ``group.initial.rebalance.delay.ms``, for a
+        group that was empty) holds the join phase open for more members to arrive.
+        """
+        if self.is_(GroupState.COMPLETING_REBALANCE):
+            for member in self.members.values():
+                member.assignment = b""
+                member.answer_sync(sync_error(ErrorCode.rebalance_in_progress))
+        log.info("group %s: preparing rebalance at generation %d: %s", self.group_id, self.generation, reason)
+        self.transition(GroupState.PREPARING_REBALANCE, wall_clock_ms())
+        rebalance_s = self.max_rebalance_timeout_ms() / 1000
+        self.rebalance_deadline = now + rebalance_s
+        self.initial_join_deadline = now + min(initial_delay_s, rebalance_s)
 
     def add(self, member: Member) -> None:
         if not self.members:

@@ -80,6 +80,11 @@ def _field_plan(cls: type) -> tuple[tuple[str, type | None, bool, bool], ...]:
     return tuple(plan)
 
 
+def respond(request: Any, data: Mapping[str, Any]) -> Any:
+    """The response to ``request`` (anything with ``api_key`` and ``api_version``) at its version, from ``data``."""
+    return build_entity(response_class(request.api_key, request.api_version), data)
+
+
 def build_entity(cls: type, data: Mapping[str, Any]) -> Any:
     """Instantiate kio entity ``cls`` from ``data``, ignoring keys the class has no field for.
 

@@ -25,7 +25,7 @@ from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import FileRecords, Request
-from broker_core.protocol.messages import SUPPORTED_VERSIONS, build_entity, response_class
+from broker_core.protocol.messages import SUPPORTED_VERSIONS, respond
 from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
@@ -58,10 +58,6 @@ CONFIG_SOURCE_STATIC_BROKER = 4
 CONFIG_SOURCE_DEFAULT = 5
 
 Handler = Callable[[Request], Awaitable[Any]]
-
-
-def _respond(request: Request, data: dict[str, Any]) -> Any:
-    return build_entity(response_class(request.api_key, request.api_version), data)
 
 
 class RequestHandlers:
@@ -104,7 +100,7 @@ class RequestHandlers:
 
     def api_versions_response(self, request: Request, error: ErrorCode = ErrorCode.none) -> Any:
         keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in self.supported().items()]
-        return _respond(request, {"error_code": error, "api_keys": keys, "throttle_time": ZERO})
+        return respond(request, {"error_code": error, "api_keys": keys, "throttle_time": ZERO})
 
     async def api_versions(self, request: Request) -> Any:
         return self.api_versions_response(request)
@@ -163,7 +159,7 @@ class RequestHandlers:
             {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
             for b in sorted(image.live_brokers(), key=lambda b: b.broker_id)
         ]
-        return _respond(request, {
+        return respond(request, {
             "throttle_time": ZERO, "brokers": brokers, "cluster_id": self.context.cluster_id,
             "controller_id": image.controller_id, "topics": topics,
         })
@@ -207,7 +203,7 @@ class RequestHandlers:
                 return None
             if acks == -1 and pending:
                 await self._await_replication(pending, timeout_s)
-            return _respond(header, {
+            return respond(header, {
                 "responses": [{"name": name, "partition_responses": parts} for name, parts in results],
                 "throttle_time": ZERO,
             })
@@ -285,7 +281,7 @@ class RequestHandlers:
             await asyncio.wait(futures, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             for future in futures:
                 future.cancel()
-        return _respond(request, {
+        return respond(request, {
             "throttle_time": ZERO, "error_code": ErrorCode.none, "session_id": 0, "responses": topics,
         })
 
@@ -416,7 +412,7 @@ class RequestHandlers:
                     if answer is not None:
                         result["offset"], result["timestamp"], result["leader_epoch"] = answer
             topics.append({"name": topic_request.name, "partitions": partitions})
-        return _respond(request, {"throttle_time": ZERO, "topics": topics})
+        return respond(request, {"throttle_time": ZERO, "topics": topics})
 
     # InitProducerId ----------------------------------------------------------------------------
 
@@ -441,7 +437,7 @@ class RequestHandlers:
                 response["producer_id"], response["producer_epoch"] = await self.producer_ids.next_id(), 0
             except meta_errors.MetadataError:
                 response["error_code"] = ErrorCode.coordinator_not_available
-        return _respond(request, response)
+        return respond(request, response)
 
     # OffsetForLeaderEpoch ----------------------------------------------------------------------
 
@@ -466,7 +462,7 @@ class RequestHandlers:
                 else:
                     result["leader_epoch"], result["end_offset"] = partition.log.end_offset_for_epoch(p.leader_epoch)
             topics.append({"topic": topic_request.topic, "partitions": partitions})
-        return _respond(request, {"throttle_time": ZERO, "topics": topics})
+        return respond(request, {"throttle_time": ZERO, "topics": topics})
 
     # Admin -------------------------------------------------------------------------------------
 
@@ -512,7 +508,7 @@ class RequestHandlers:
             ]
         if created:
             await self.context.refresh_metadata()
-        return _respond(request, {"throttle_time": ZERO, "topics": results})
+        return respond(request, {"throttle_time": ZERO, "topics": results})
 
     def _validate_new_topic(self, name: str, num_partitions: int, replication: int) -> None:
         """What create_topic checks, without writing: for CreateTopics with validate_only."""
@@ -541,7 +537,7 @@ class RequestHandlers:
                 result["error_code"], result["error_message"] = _metadata_error_code(exc), str(exc)
         if deleted:
             await self.context.refresh_metadata()
-        return _respond(request, {"throttle_time": ZERO, "responses": results})
+        return respond(request, {"throttle_time": ZERO, "responses": results})
 
     async def describe_configs(self, request: Request) -> Any:
         body = request.body
@@ -575,7 +571,7 @@ class RequestHandlers:
                  "synonyms": [], "config_type": 0, "documentation": None}
                 for e in entries
             ]
-        return _respond(request, {"throttle_time": ZERO, "results": results})
+        return respond(request, {"throttle_time": ZERO, "results": results})
 
 
 def _describe_broker_configs(config: BrokerConfig, keys: set[str] | None) -> list[ConfigEntry]:

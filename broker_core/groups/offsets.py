@@ -1,0 +1,167 @@
+"""Committed offsets of the groups this broker coordinates: OffsetCommit, OffsetFetch and expiry.
+
+Offsets are one item per (group, topic, partition), written before the commit is acknowledged,
+one at a time per partition in arrival order, conditional on the group's coordinator epoch, and
+served from memory afterwards. Once a group has members only members of the current generation
+may commit. Offsets of empty groups and standalone committers expire after
+``offsets.retention.minutes`` (or the commit's own retention); an empty group left without
+offsets is deleted, as Kafka's Dead state forgets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from broker_core.protocol.framing import Request
+from broker_core.protocol.messages import respond
+
+from .errors import CoordinatorFencedError, GroupStoreUnavailableError
+from .group import ConsumerGroup, GroupState, offset_expired
+from .membership import millis, validate_member
+from .ownership import GroupOwnership
+from .store import CommittedOffset, wall_clock_ms
+
+if TYPE_CHECKING:
+    from broker_core.server.context import BrokerContext
+
+log = logging.getLogger(__name__)
+
+ZERO = datetime.timedelta(0)
+
+
+class GroupOffsets:
+    """OffsetCommit and OffsetFetch for the groups `GroupOwnership` holds, and their expiry.
+
+    Commits of one partition are serialised by ``group.offset_locks``; the in-memory offset changes
+    only after the store accepted the write. Called from the event loop only.
+    """
+
+    def __init__(self, ownership: GroupOwnership, context: BrokerContext) -> None:
+        self.ownership = ownership
+        self.context = context
+        self.config = context.config
+
+    async def offset_commit(self, request: Request) -> Any:
+        body = request.body
+        group, error = self.ownership.owned(body.group_id)
+        if group is not None:
+            error = self._validate_commit(group, body)
+        now_ms = wall_clock_ms()
+        retention_ms = millis(getattr(body, "retention_time", None), -1)
+        image = self.context.image
+        max_metadata = self.config.get_int("offset.metadata.max.bytes")
+        topics, writes = [], []
+        for topic in body.topics:
+            partitions = []
+            for p in topic.partitions:
+                result = {"partition_index": p.partition_index, "error_code": error}
+                partitions.append(result)
+                if error != ErrorCode.none:
+                    continue
+                metadata = p.committed_metadata or ""
+                if (topic.name, p.partition_index) not in image.partitions:
+                    result["error_code"] = ErrorCode.unknown_topic_or_partition
+                elif len(metadata.encode()) > max_metadata:
+                    result["error_code"] = ErrorCode.offset_metadata_too_large
+                else:
+                    committed = CommittedOffset(
+                        offset=p.committed_offset, leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                        metadata=metadata, commit_timestamp_ms=now_ms,
+                        expire_timestamp_ms=now_ms + retention_ms if retention_ms > 0 else None,
+                    )
+                    writes.append(self._commit_one(group, topic.name, p.partition_index, committed, result))
+            topics.append({"name": topic.name, "partitions": partitions})
+        if writes:
+            await asyncio.gather(*writes)
+        return respond(request, {"throttle_time": ZERO, "topics": topics})
+
+    def _validate_commit(self, group: ConsumerGroup, body: Any) -> ErrorCode:
+        generation = body.generation_id_or_member_epoch
+        instance_id = getattr(body, "group_instance_id", None)
+        if generation >= 0 or body.member_id or instance_id is not None:
+            error = validate_member(group, body.member_id, instance_id, generation)
+            if error != ErrorCode.none:
+                return error
+        elif not group.is_(GroupState.EMPTY):
+            # Once a group has members, only members may commit.
+            return ErrorCode.unknown_member_id
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    async def _commit_one(self, group: ConsumerGroup, topic: str, partition: int, committed: CommittedOffset,
+                          result: dict[str, Any]) -> None:
+        key = (topic, partition)
+        lock = group.offset_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if group.unloaded:
+                result["error_code"] = ErrorCode.not_coordinator
+                return
+            try:
+                await self.ownership.io(self.ownership.store.put_offset, group.group_id, topic, partition, committed,
+                               group.coordinator_epoch)
+            except (CoordinatorFencedError, GroupStoreUnavailableError) as exc:
+                result["error_code"] = await self.ownership.lost(group, exc)
+                return
+            group.offsets[key] = committed
+
+    async def offset_fetch(self, request: Request) -> Any:
+        body = request.body
+        group, error = self.ownership.owned(body.group_id)
+        topics = []
+        if body.topics is None:
+            wanted: dict[str, list[int]] = {}
+            if group is not None:
+                for topic, partition in sorted(group.offsets):
+                    wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {t.name: list(t.partition_indexes) for t in body.topics}
+        for name, partitions in wanted.items():
+            results = []
+            for partition in partitions:
+                committed = group.offsets.get((name, partition)) if group is not None else None
+                results.append({
+                    "partition_index": partition,
+                    "committed_offset": committed.offset if committed else -1,
+                    "committed_leader_epoch": committed.leader_epoch if committed else -1,
+                    "metadata": committed.metadata if committed else "",
+                    "error_code": error,
+                })
+            topics.append({"name": name, "partitions": results})
+        return respond(request, {"throttle_time": ZERO, "topics": topics, "error_code": error})
+
+    async def remove_offsets(self, group: ConsumerGroup, keys: list[tuple[str, int]]) -> None:
+        async def remove(key: tuple[str, int]) -> None:
+            async with group.offset_locks.setdefault(key, asyncio.Lock()):
+                await self.ownership.io(self.ownership.store.delete_offset, group.group_id, key[0], key[1], group.coordinator_epoch)
+                group.offsets.pop(key, None)
+
+        await asyncio.gather(*(remove(key) for key in keys))
+
+    async def expire_offsets(self) -> None:
+        retention_ms = self.config.get_int("offsets.retention.minutes") * 60_000
+        for group in list(self.ownership.groups.values()):
+            if group.loading or group.unloaded or not group.is_(GroupState.EMPTY):
+                continue
+            async with group.lock:
+                if group.unloaded or not group.is_(GroupState.EMPTY):
+                    continue
+                now_ms = wall_clock_ms()
+                expired = [key for key, committed in group.offsets.items()
+                           if offset_expired(group, committed, now_ms, retention_ms)]
+                try:
+                    if expired:
+                        log.info("group %s: %d committed offsets expired", group.group_id, len(expired))
+                        await self.remove_offsets(group, expired)
+                    if not group.offsets and not group.members:
+                        # Kafka's Dead: an empty group without offsets is forgotten.
+                        await self.ownership.io(self.ownership.store.delete_group, group.group_id, self.ownership.broker_id,
+                                       group.coordinator_epoch)
+                        self.ownership.unload(group)
+                except (CoordinatorFencedError, GroupStoreUnavailableError) as exc:
+                    await self.ownership.lost(group, exc)
