@@ -186,6 +186,12 @@ class PartitionUploader:
 
     ``on_change`` is called after every manifest change this uploader makes (commit or deletion),
     so the remote reader's cache of the partition's segments can be refreshed.
+
+    Invariants (KIP-405): a segment is uploaded only once it is sealed and wholly below the high
+    watermark, its objects are in S3 before its manifest row says COPY_FINISHED, and each commit is
+    conditional on the partition head's leader epoch not exceeding this uploader's, so an uploader of
+    an older term cannot commit once a newer leader has. The tiering service calls it from the broker's event loop, one `run_once` or
+    `expire` at a time per partition.
     """
 
     def __init__(

@@ -42,6 +42,15 @@ class ReplicaState:
 
 @dataclass
 class Partition:
+    """One replica hosted here: the partition log plus the replication state Kafka's Partition keeps.
+
+    Invariants: ``high_watermark`` never moves backwards while this replica leads and never passes
+    the log end; on the leader it is the minimum log-end offset of the ISR, and it does not move
+    while the ISR is smaller than ``min_insync_replicas`` (KIP-966). The producer state records
+    every appended batch of an idempotent producer, so a retried batch gets its first offsets back.
+    Only coroutines on the broker's event loop call it.
+    """
+
     topic: str
     index: int
     topic_id: str
