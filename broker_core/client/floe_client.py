@@ -14,7 +14,7 @@ import asyncio
 import datetime
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -49,6 +49,8 @@ _FETCH_LANE = "fetch"
 # Retriable produce errors after which the broker may already have appended the batch: retrying them
 # without an idempotent producer could write the records twice, so produce reports them instead.
 _PRODUCE_MAYBE_APPENDED = frozenset({ErrorCode.request_timed_out, ErrorCode.not_enough_replicas_after_append})
+
+_T = TypeVar("_T")
 
 
 def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
@@ -270,6 +272,23 @@ class FloeClient:
             raise KafkaError(ErrorCode.leader_not_available, topic=topic, partition=partition)
         return leader
 
+    async def _by_leader(self, topic: str,
+                         by_partition: Mapping[int, _T]) -> tuple[dict[int, dict[int, _T]], KafkaError | None]:
+        """``by_partition`` grouped by each partition's leader. A partition whose leader cannot be
+        told now (a retriable error) is left out, and the last such error returned with the groups."""
+        by_leader: dict[int, dict[int, _T]] = {}
+        error: KafkaError | None = None
+        for partition, value in by_partition.items():
+            try:
+                leader = await self._leader(topic, partition)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                error = exc
+                continue
+            by_leader.setdefault(leader, {})[partition] = value
+        return by_leader, error
+
     async def num_partitions(self, topic: str) -> int:
         return (await self._topic(topic)).num_partitions
 
@@ -363,17 +382,9 @@ class FloeClient:
         for attempt in range(self.retries + 1):
             if attempt:
                 await self._backoff(attempt - 1)
-            by_leader: dict[int, dict[int, bytes]] = {}
-            refresh = False
-            for partition, batch in remaining.items():
-                try:
-                    leader = await self._leader(topic, partition)
-                except KafkaError as exc:
-                    if not exc.retriable:
-                        raise
-                    last_error, refresh = exc, True
-                    continue
-                by_leader.setdefault(leader, {})[partition] = batch
+            by_leader, leader_error = await self._by_leader(topic, remaining)
+            refresh = leader_error is not None
+            last_error = leader_error or last_error
             outcomes = await asyncio.gather(
                 *(self._produce_to(leader, topic, part_batches, acks, timeout_ms)
                   for leader, part_batches in by_leader.items()),
@@ -463,17 +474,10 @@ class FloeClient:
         for attempt in range(self.retries + 1):
             if attempt:
                 await self._backoff(attempt - 1)
-            by_leader: dict[int, dict[int, int]] = {}
-            for partition, offset in remaining.items():
-                try:
-                    leader = await self._leader(topic, partition)
-                except KafkaError as exc:
-                    if not exc.retriable:
-                        raise
-                    last_error = exc
-                    self.topics.pop(topic, None)
-                    continue
-                by_leader.setdefault(leader, {})[partition] = offset
+            by_leader, leader_error = await self._by_leader(topic, remaining)
+            if leader_error is not None:
+                last_error = leader_error
+                self.topics.pop(topic, None)
             outcomes = await asyncio.gather(
                 *(self._fetch_from(leader, topic, leader_offsets, max_bytes, partition_max_bytes, max_wait_ms,
                                    min_bytes) for leader, leader_offsets in by_leader.items()),
