@@ -33,7 +33,8 @@ class BlockingConnection:
                  request_timeout_s: float = 30.0) -> None:
         self.host = host
         self.port = port
-        self._runner = asyncio.Runner()
+        # With a loop factory the runner leaves the calling thread's current event loop alone.
+        self._runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
         self._closed = False
         self._connection = BrokerConnection(host, port, client_id=client_id, request_timeout_s=request_timeout_s)
         try:
