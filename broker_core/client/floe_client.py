@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from broker_core.partitioner import partition_for_key
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.records import Compression, RecordInput, build_batch, iter_headers, parse_header
 from broker_core.records.errors import TruncatedBatchError
@@ -98,7 +97,6 @@ class FloeClient:
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.controller_id = -1
-        self.cluster_id: str | None = None
         self._connections: dict[tuple[int, str], BrokerConnection] = {}
         self._connecting: dict[tuple[int, str], asyncio.Task] = {}
         self._bootstrap_connection: BrokerConnection | None = None
@@ -221,7 +219,6 @@ class FloeClient:
         self.brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, getattr(b, "rack", None))
                         for b in response.brokers}
         self.controller_id = getattr(response, "controller_id", -1)
-        self.cluster_id = getattr(response, "cluster_id", None)
         for key in [k for k in self._connections if k[0] not in self.brokers]:
             await self._connections.pop(key).close()
         if self.brokers and self._bootstrap_connection is not None:
@@ -291,10 +288,6 @@ class FloeClient:
 
     async def num_partitions(self, topic: str) -> int:
         return (await self._topic(topic)).num_partitions
-
-    async def partition_for(self, topic: str, key: bytes) -> int:
-        """The partition Kafka's default partitioner sends this key to."""
-        return partition_for_key(key, await self.num_partitions(topic))
 
     # admin -------------------------------------------------------------------------------------
 
