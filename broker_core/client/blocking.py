@@ -25,8 +25,8 @@ class BlockingConnection:
     Role: a blocking facade over `BrokerConnection`, with the same version negotiation, framing
     and errors. Opened by the constructor (BrokerConnectionError if that fails); `close` closes the
     connection and its event loop.
-    Callers: one thread at a time (any thread, not one running an event loop of its own); a second
-    call while one is in progress raises RuntimeError.
+    Callers: one thread at a time, any thread that is not itself running an event loop (there,
+    await a `BrokerConnection` instead).
     """
 
     def __init__(self, host: str, port: int, *, client_id: str = "floe-client",
