@@ -54,8 +54,9 @@ class BrokerConnection:
 
     Role: carry Kafka requests to one broker and hand back their responses, decoded as kio entities
     (`send`) or as raw frames (`send_raw`, for callers that decode in place).
-    Invariants: every request is sent at a version both sides serve (negotiated on `connect`, or the
-    entity's own version, checked against the broker's range); frames are written whole and in the
+    Invariants: `send` sends each request at a version both sides serve (negotiated on `connect`, or
+    the entity's own version, checked against the broker's range; `send_raw` leaves that to its
+    caller, through `version_for`); frames are written whole and in the
     order `send` is called, and each response is routed to its request by correlation id; once the
     socket fails, a frame cannot be trusted or a request times out, the connection is closed for good
     and every waiting request fails with `BrokerConnectionError` (open a new connection).

@@ -1,6 +1,6 @@
 """`FloeClient`: Floe's own asyncio Kafka client for one cluster: topics, produce, fetch and offsets.
 
-The Lambda front ends, the `floe` CLI, the demo and the benchmarks talk to brokers through it. It
+The Lambda front ends, the `floe` CLI and the benchmarks talk to brokers through it. It
 keeps a metadata cache (brokers, topics, partition leaders) and two `BrokerConnection`s per broker,
 one for fetches so that a long poll never holds up a produce; it sends each request to the
 partition's leader and retries errors Kafka marks retriable, with `backoff_s` between attempts,
