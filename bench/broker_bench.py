@@ -48,6 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.machine import machine_info, result_header, write_result  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
+from broker_core.protocol.api_keys import ApiKey  # noqa: E402
 from broker_core.protocol.framing import decode_response, encode_request  # noqa: E402
 from broker_core.protocol.messages import build_entity, request_class  # noqa: E402
 from broker_core.records import iter_headers  # noqa: E402
@@ -55,7 +56,6 @@ from broker_core.records import iter_headers  # noqa: E402
 VALUE_BYTES = 100
 FETCH_BYTES = 8 * 1024 * 1024  # per Fetch and per sendfile call; librdkafka's max.partition.fetch.bytes below
 REDIS_XRANGE_COUNT = 10_000
-FETCH, LIST_OFFSETS = 1, 2
 FETCH_VERSION, LIST_OFFSETS_VERSION = 12, 7
 SIZE = struct.Struct(">i")
 MB = 1_000_000
@@ -144,13 +144,13 @@ class RawBrokerConnection:
         return view
 
     def log_end_offset(self, topic: str) -> int:
-        response = self._call(LIST_OFFSETS, LIST_OFFSETS_VERSION, {"replica_id": -1, "isolation_level": 0, "topics": [
+        response = self._call(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
         return response.topics[0].partitions[0].offset
 
     def fetch(self, topic: str, offset: int) -> tuple[int, int]:
         """(records bytes received, next offset) for one Fetch of FETCH_BYTES at ``offset``."""
-        response = self._call(FETCH, FETCH_VERSION, {
+        response = self._call(ApiKey.FETCH, FETCH_VERSION, {
             "replica_id": -1, "max_wait": datetime.timedelta(0), "min_bytes": 1, "max_bytes": FETCH_BYTES,
             "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
             "topics": [{"topic": topic, "partitions": [{

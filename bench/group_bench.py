@@ -38,13 +38,13 @@ import boto3  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from bench.machine import result_header, write_result  # noqa: E402
-from broker_core.groups.admin import BrokerConnection  # noqa: E402
+from broker_core.client import BlockingConnection  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.metadata.store import MetadataStore  # noqa: E402
+from broker_core.protocol.api_keys import ApiKey  # noqa: E402
 
 PARTITIONS = 6
 HEARTBEAT_MS = 500
-OFFSET_COMMIT = 8
 TOPIC = "bench-groups"
 STACK_OVERRIDES = {
     "broker.session.timeout.ms": "6000",
@@ -133,7 +133,7 @@ def commit_through_broker(host: str, port: int, commits: int, threads: int) -> f
     per_thread = commits // threads
 
     def client(index: int) -> None:
-        connection = BrokerConnection(host, port)
+        connection = BlockingConnection(host, port)
         group = f"commit-bench-{uuid.uuid4().hex[:8]}"
         request = {
             "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
@@ -141,10 +141,10 @@ def commit_through_broker(host: str, port: int, commits: int, threads: int) -> f
                 {"partition_index": index % PARTITIONS, "committed_offset": 0, "committed_leader_epoch": -1,
                  "committed_metadata": ""}]}],
         }
-        connection.request(10, {"key": group, "key_type": 0}, 3)  # take the lease before timing
+        connection.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0}, 3)  # take the lease before timing
         for offset in range(per_thread):
             request["topics"][0]["partitions"][0]["committed_offset"] = offset
-            response = connection.request(OFFSET_COMMIT, request, 8)
+            response = connection.request(ApiKey.OFFSET_COMMIT, request, 8)
             error = response.topics[0].partitions[0].error_code
             if error != 0:
                 raise RuntimeError(f"OffsetCommit failed: {error!r}")

@@ -66,6 +66,7 @@ from broker_core.client import BrokerConnection, ClientError  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.metadata.controller import ControllerLease  # noqa: E402
 from broker_core.metadata.store import MetadataStore  # noqa: E402
+from broker_core.protocol.api_keys import ApiKey  # noqa: E402
 from broker_core.records import SimpleRecord, build_batch  # noqa: E402
 
 FAILOVER_RECORD_BYTES = 100
@@ -75,7 +76,6 @@ CEILING_RECORDS = 300_000
 FAILOVER_PARTITIONS = 3
 FAILOVER_INTERVAL_S = 0.005
 BROKERS = 3
-PRODUCE_API = 0
 
 
 class BenchError(RuntimeError):
@@ -343,7 +343,7 @@ def produce_once(host: str, port: int, topic: str, partition: int, timeout_ms: i
         connection = BrokerConnection(host, port, request_timeout_s=timeout_ms / 1000 + 5)
         await connection.connect()
         try:
-            response = await connection.send(PRODUCE_API, {
+            response = await connection.send(ApiKey.PRODUCE, {
                 "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(milliseconds=timeout_ms),
                 "topic_data": [{"name": topic, "partition_data": [
                     {"index": partition, "records": build_batch([SimpleRecord(value=b"failover-probe")])}]}],

@@ -4,34 +4,39 @@
 versions that Floe brokers serve (it is not meant for other Kafka brokers), finds a group's
 coordinator with FindCoordinator, reads members and assignments with DescribeGroups, committed
 offsets with OffsetFetch, and log-end offsets with ListOffsets sent to each partition's leader,
-as Kafka's own `kafka-consumer-groups.sh --describe` does.
+as Kafka's own `kafka-consumer-groups.sh --describe` does. It reaches brokers through the client's
+`BlockingConnection` and, while a group's coordinator moves or loads, retries with the client's
+backoff until ``retry_for_s`` has passed.
 
-Thread-safety: one GroupAdmin per thread; it keeps one socket per broker.
+Thread-safety: one GroupAdmin per thread; it keeps one connection per broker.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker_core.protocol.framing import decode_response, encode_request
-from broker_core.protocol.messages import build_entity, request_class
+from broker_core.client import (
+    LATEST,
+    RETRY_BACKOFF_S,
+    BlockingConnection,
+    ClientError,
+    backoff_s,
+    parse_bootstrap_servers,
+)
+from broker_core.protocol.api_keys import ApiKey
 
 from .consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_assignment
 from .errors import GroupAdminError
 
-METADATA, LIST_OFFSETS, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS, OFFSET_FETCH = 3, 2, 10, 15, 16, 9
-_VERSIONS = {METADATA: 9, LIST_OFFSETS: 7, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, LIST_GROUPS: 4,
-             OFFSET_FETCH: 7}
-LATEST_TIMESTAMP = -1
+_VERSIONS = {ApiKey.METADATA: 9, ApiKey.LIST_OFFSETS: 7, ApiKey.FIND_COORDINATOR: 3, ApiKey.DESCRIBE_GROUPS: 5,
+             ApiKey.LIST_GROUPS: 4, ApiKey.OFFSET_FETCH: 7}
+_CLIENT_ID = "floe-groups"
 _RETRIABLE = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
               ErrorCode.coordinator_load_in_progress}
-_SIZE = struct.Struct(">i")
 
 
 @dataclass(frozen=True)
@@ -88,67 +93,21 @@ class GroupDescription:
         }
 
 
-class BrokerConnection:
-    """One blocking socket to one broker; requests are sent and answered one at a time."""
-
-    def __init__(self, host: str, port: int, timeout_s: float = 10.0, client_id: str = "floe-groups") -> None:
-        self.address = (host, port)
-        self.client_id = client_id
-        try:
-            self._sock = socket.create_connection(self.address, timeout=timeout_s)
-        except OSError as exc:
-            raise GroupAdminError(f"cannot connect to {host}:{port}: {exc}") from exc
-        self._correlation_id = 0
-
-    def request(self, api_key: int, data: dict[str, Any], version: int | None = None) -> Any:
-        version = _VERSIONS[api_key] if version is None else version
-        self._correlation_id += 1
-        body = build_entity(request_class(api_key, version), data)
-        try:
-            self._sock.sendall(encode_request(api_key, version, self._correlation_id, self.client_id, body))
-            (size,) = _SIZE.unpack(self._read_exactly(_SIZE.size))
-            correlation_id, response = decode_response(api_key, version, self._read_exactly(size))
-        except OSError as exc:
-            raise GroupAdminError(f"{self.address[0]}:{self.address[1]}: {exc}") from exc
-        if correlation_id != self._correlation_id:
-            raise GroupAdminError(f"response correlation id {correlation_id}, expected {self._correlation_id}")
-        return response
-
-    def _read_exactly(self, count: int) -> bytes:
-        chunks, remaining = [], count
-        while remaining:
-            chunk = self._sock.recv(remaining)
-            if not chunk:
-                raise GroupAdminError(f"{self.address[0]}:{self.address[1]} closed the connection")
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
-
-    def close(self) -> None:
-        self._sock.close()
-
-
-def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
-    """``"host:port,host:port"`` to pairs; GroupAdminError on an entry without a numeric port."""
-    result = []
-    for entry in servers.split(","):
-        host, sep, port = entry.strip().rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise GroupAdminError(f"bootstrap server {entry!r} is not host:port")
-        result.append((host, int(port)))
-    if not result:
-        raise GroupAdminError("no bootstrap servers given")
-    return result
-
-
 class GroupAdmin:
-    """List and describe consumer groups of a Floe cluster reached through ``bootstrap_servers``."""
+    """List and describe consumer groups of a Floe cluster reached through ``bootstrap_servers``.
+
+    ``timeout_s`` bounds each connect and each request; requests that meet a moving or loading
+    coordinator are retried for ``retry_for_s``. Every failure is a `GroupAdminError`.
+    """
 
     def __init__(self, bootstrap_servers: str, timeout_s: float = 10.0, retry_for_s: float = 15.0) -> None:
-        self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        try:
+            self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        except ValueError as exc:
+            raise GroupAdminError(str(exc)) from exc
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
-        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._connections: dict[tuple[str, int], BlockingConnection] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
         self.leaders: dict[tuple[str, int], int] = {}
 
@@ -163,39 +122,40 @@ class GroupAdmin:
             connection.close()
         self._connections.clear()
 
-    def _connection(self, address: tuple[str, int]) -> BrokerConnection:
-        if address not in self._connections:
-            self._connections[address] = BrokerConnection(*address, timeout_s=self.timeout_s)
-        return self._connections[address]
+    def _request(self, address: tuple[str, int], api_key: ApiKey, data: dict[str, Any],
+                 version: int | None = None) -> Any:
+        """One request over the connection to ``address`` (opened on first use); a connection that
+        fails is dropped, and the failure raised as GroupAdminError."""
+        try:
+            connection = self._connections.get(address)
+            if connection is None:
+                connection = BlockingConnection(*address, client_id=_CLIENT_ID, request_timeout_s=self.timeout_s)
+                self._connections[address] = connection
+            return connection.request(api_key, data, _VERSIONS[api_key] if version is None else version)
+        except ClientError as exc:
+            dropped = self._connections.pop(address, None)
+            if dropped is not None:
+                dropped.close()
+            raise GroupAdminError(str(exc)) from exc
 
-    def _drop(self, address: tuple[str, int]) -> None:
-        connection = self._connections.pop(address, None)
-        if connection is not None:
-            connection.close()
-
-    def send(self, broker_id: int, api_key: int, data: dict[str, Any], version: int | None = None) -> Any:
+    def send(self, broker_id: int, api_key: ApiKey, data: dict[str, Any], version: int | None = None) -> Any:
         """Send one request to broker ``broker_id`` (as the last metadata read named it)."""
         if not self.brokers:
             self.refresh_metadata()
         address = self.brokers.get(broker_id)
         if address is None:
             raise GroupAdminError(f"broker {broker_id} is not in the cluster metadata")
-        try:
-            return self._connection(address).request(api_key, data, version)
-        except GroupAdminError:
-            self._drop(address)
-            raise
+        return self._request(address, api_key, data, version)
 
     def refresh_metadata(self) -> None:
         errors = []
         for address in self.bootstrap + [a for a in self.brokers.values() if a not in self.bootstrap]:
             try:
-                response = self._connection(address).request(METADATA, {
+                response = self._request(address, ApiKey.METADATA, {
                     "topics": None, "allow_auto_topic_creation": False,
                     "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False,
                 })
             except GroupAdminError as exc:
-                self._drop(address)
                 errors.append(str(exc))
                 continue
             self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
@@ -206,6 +166,7 @@ class GroupAdmin:
     def find_coordinator(self, group_id: str) -> int:
         """The id of the broker coordinating ``group_id`` (any broker answers; it may take the lease)."""
         deadline = time.monotonic() + self.retry_for_s
+        attempt = 0
         while True:
             last = None
             for broker_id in sorted(self.brokers) or [None]:
@@ -213,7 +174,7 @@ class GroupAdmin:
                     if broker_id is None:
                         self.refresh_metadata()
                         continue
-                    response = self.send(broker_id, FIND_COORDINATOR, {"key": group_id, "key_type": 0})
+                    response = self.send(broker_id, ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": 0})
                 except GroupAdminError as exc:
                     last = str(exc)
                     continue
@@ -226,12 +187,14 @@ class GroupAdmin:
                     raise GroupAdminError(f"FindCoordinator {group_id!r}: {last}")
             if time.monotonic() > deadline:
                 raise GroupAdminError(f"no coordinator for group {group_id!r}: {last}")
-            time.sleep(0.2)
+            time.sleep(backoff_s(attempt, RETRY_BACKOFF_S))
+            attempt += 1
 
-    def _to_coordinator(self, group_id: str, api_key: int, data: dict[str, Any],
+    def _to_coordinator(self, group_id: str, api_key: ApiKey, data: dict[str, Any],
                         error_of: Any) -> tuple[int, Any]:
         """Send to the group's coordinator, looking it up again while it moves or loads."""
         deadline = time.monotonic() + self.retry_for_s
+        attempt = 0
         while True:
             coordinator = self.find_coordinator(group_id)
             try:
@@ -240,7 +203,8 @@ class GroupAdmin:
                 if time.monotonic() > deadline:
                     raise
                 self.refresh_metadata()
-                time.sleep(0.2)
+                time.sleep(backoff_s(attempt, RETRY_BACKOFF_S))
+                attempt += 1
                 continue
             error = error_of(response)
             if error not in _RETRIABLE:
@@ -249,7 +213,8 @@ class GroupAdmin:
                 return coordinator, response
             if time.monotonic() > deadline:
                 raise GroupAdminError(f"group {group_id!r}: {error.name}")
-            time.sleep(0.2)
+            time.sleep(backoff_s(attempt, RETRY_BACKOFF_S))
+            attempt += 1
 
     # listing ------------------------------------------------------------------------------------
 
@@ -258,7 +223,7 @@ class GroupAdmin:
         self.refresh_metadata()
         found: dict[str, ListedGroup] = {}
         for broker_id in sorted(self.brokers):
-            response = self.send(broker_id, LIST_GROUPS, {"states_filter": ()})
+            response = self.send(broker_id, ApiKey.LIST_GROUPS, {"states_filter": ()})
             if response.error_code != ErrorCode.none:
                 raise GroupAdminError(f"ListGroups on broker {broker_id}: {response.error_code.name}")
             for g in response.groups:
@@ -271,7 +236,7 @@ class GroupAdmin:
         """Members, assignments, and per partition the committed offset, log-end offset and lag."""
         self.refresh_metadata()
         coordinator, response = self._to_coordinator(
-            group_id, DESCRIBE_GROUPS, {"groups": (group_id,), "include_authorized_operations": False},
+            group_id, ApiKey.DESCRIBE_GROUPS, {"groups": (group_id,), "include_authorized_operations": False},
             lambda r: r.groups[0].error_code,
         )
         described = response.groups[0]
@@ -286,7 +251,7 @@ class GroupAdmin:
             members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                              tuple(assignment)))
         _, offsets = self._to_coordinator(
-            group_id, OFFSET_FETCH, {"group_id": group_id, "topics": None, "require_stable": False},
+            group_id, ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": None, "require_stable": False},
             lambda r: r.error_code,
         )
         committed = {(t.name, p.partition_index): int(p.committed_offset)
@@ -315,10 +280,10 @@ class GroupAdmin:
         result: dict[tuple[str, int], int] = {}
         for leader, topics in by_leader.items():
             try:
-                response = self.send(leader, LIST_OFFSETS, {
+                response = self.send(leader, ApiKey.LIST_OFFSETS, {
                     "replica_id": -1, "isolation_level": 0,
                     "topics": [{"name": name, "partitions": [
-                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}
+                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST}
                         for p in indexes]} for name, indexes in topics.items()],
                 })
             except GroupAdminError:

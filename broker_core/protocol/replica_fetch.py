@@ -17,10 +17,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.records.errors import CorruptVarintError
 from broker_core.records.varint import decode_unsigned_varint, write_unsigned_varint
 
-FETCH_KEY = 1
 FETCH_VERSION = 12
 
 _REQUEST_HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
@@ -61,7 +61,7 @@ def encode_replica_fetch(correlation_id: int, client_id: str, *, replica_id: int
     no forgotten topics, no rack, read-uncommitted, last fetched epoch unknown (-1)."""
     client = client_id.encode()
     out = bytearray(_INT32.size)  # the size prefix, filled in last
-    out += _REQUEST_HEADER.pack(FETCH_KEY, FETCH_VERSION, correlation_id, len(client))
+    out += _REQUEST_HEADER.pack(ApiKey.FETCH, FETCH_VERSION, correlation_id, len(client))
     out += client
     out += b"\x00"  # header tagged fields
     out += _REQUEST_FIXED.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1)

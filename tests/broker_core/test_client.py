@@ -16,7 +16,6 @@ from broker_core.client import (
     CLIENT_MAX_VERSIONS,
     EARLIEST,
     LATEST,
-    PRODUCE,
     BrokerConnection,
     BrokerConnectionError,
     FloeClient,
@@ -26,6 +25,7 @@ from broker_core.client import (
     TopicInfo,
 )
 from broker_core.local_stack import LocalStack
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.records import Compression, SimpleRecord, build_batch, iter_records
 from broker_core.records.header import HEADER_SIZE
 from tests.support.stack import running_stack
@@ -323,7 +323,7 @@ def test_one_connection_negotiates_versions_and_pipelines_concurrent_produces(st
                 return {"transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=10),
                         "topic_data": [{"name": name, "partition_data": [{"index": 0, "records": batch}]}]}
 
-            responses = await asyncio.gather(*(connection.send(PRODUCE, request(i)) for i in range(64)))
+            responses = await asyncio.gather(*(connection.send(ApiKey.PRODUCE, request(i)) for i in range(64)))
         finally:
             await connection.close()
         partitions = [r.responses[0].partition_responses[0] for r in responses]

@@ -39,13 +39,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from broker_core.client import BrokerConnection
+from broker_core.client import LATEST, BrokerConnection
 from broker_core.local_stack import LocalStack
 from broker_core.log.config import LogConfig
 from broker_core.log.partition_log import PartitionLog
 from broker_core.metadata.controller import ControllerLease
 from broker_core.metadata.state import BrokerState, PartitionState
 from broker_core.metadata.store import MetadataStore
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.records import SimpleRecord, build_batch, iter_batches, iter_headers
 from broker_core.records.errors import RecordsError
 from tests.support.stack import TEST_BROKER_OVERRIDES, running_stack
@@ -62,9 +63,6 @@ PRODUCE_RATE_PER_S = 2000
 # Acknowledged records the producer must add to show the cluster takes writes again.
 PROGRESS_RECORDS = 500
 HEAL_TIMEOUT_S = 60.0
-PRODUCE_API = 0
-LIST_OFFSETS_API = 2
-LATEST_TIMESTAMP = -1
 
 
 class Role(enum.Enum):
@@ -199,7 +197,7 @@ def produce_directly(host: str, port: int, topic: str, partition: int, value: by
 
 async def send_produce(connection: BrokerConnection, topic: str, partition: int, value: bytes, *,
                        timeout_ms: int) -> Any:
-    return await connection.send(PRODUCE_API, {
+    return await connection.send(ApiKey.PRODUCE, {
         "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(milliseconds=timeout_ms),
         "topic_data": [{"name": topic, "partition_data": [
             {"index": partition, "records": build_batch([SimpleRecord(value=value)])}]}],
@@ -217,10 +215,10 @@ def high_watermark_of(host: str, port: int, topic: str, partition: int) -> tuple
         connection = BrokerConnection(host, port, request_timeout_s=10)
         await connection.connect()
         try:
-            response = await connection.send(LIST_OFFSETS_API, {
+            response = await connection.send(ApiKey.LIST_OFFSETS, {
                 "replica_id": -1, "isolation_level": 0,
                 "topics": [{"name": topic, "partitions": [
-                    {"partition_index": partition, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}]}],
+                    {"partition_index": partition, "current_leader_epoch": -1, "timestamp": LATEST}]}],
             })
         finally:
             await connection.close()

@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from broker_core.groups.admin import BrokerConnection, GroupAdmin
+from broker_core.client import BlockingConnection
+from broker_core.groups.admin import GroupAdmin
 from broker_core.groups.store import GroupStore
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
+from broker_core.protocol.api_keys import ApiKey
 from tests.broker_core.groups.raw_member import RawMember
 from tests.support.stack import running_stack
 
@@ -100,8 +102,8 @@ def stack(tmp_path: Path) -> Iterator[LocalStack]:
 def test_killing_the_coordinator_broker_moves_the_group_and_consumption_goes_on(stack) -> None:
     leaders = {p.leader for p in MetadataStore(stack.aws).snapshot().partitions[TOPIC]}
     assert leaders <= {1, 2}
-    probe = BrokerConnection("127.0.0.1", stack.processes[3].port)
-    assert probe.request(10, {"key": GROUP, "key_type": 0}, 3).node_id == 3
+    probe = BlockingConnection("127.0.0.1", stack.processes[3].port)
+    assert probe.request(ApiKey.FIND_COORDINATOR, {"key": GROUP, "key_type": 0}, 3).node_id == 3
     probe.close()
 
     bootstrap = stack.bootstrap_servers

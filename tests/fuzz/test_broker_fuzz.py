@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
 
 from broker_core.client import FloeClient
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import DEFAULT_MAX_FRAME_BYTES, decode_response, encode_request
 from broker_core.protocol.messages import SUPPORTED_VERSIONS, build_entity, request_class
 from broker_core.records import Compression, SimpleRecord, build_batch, compute_crc, iter_headers
@@ -36,9 +37,9 @@ st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
 TOPIC = "fuzz-produce"
 MAX_MESSAGE_BYTES = 16384
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, DESCRIBE_CONFIGS = 0, 1, 2, 3, 18, 32
 # APIs whose requests are fuzzed as frames: none of them creates or deletes anything.
-FUZZED_APIS = [PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, DESCRIBE_CONFIGS]
+FUZZED_APIS = [ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.API_VERSIONS,
+               ApiKey.DESCRIBE_CONFIGS]
 # A fuzzed connection gets this long to answer before the case counts as an ongoing (legal) long poll.
 ANSWER_WAIT_S = 0.5
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
@@ -95,24 +96,24 @@ class RawBroker:
         return bytes(data)
 
     def assert_healthy(self) -> None:
-        versions = self.request(API_VERSIONS, 3, {"client_software_name": "fuzz", "client_software_version": "1"})
+        versions = self.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "fuzz", "client_software_version": "1"})
         assert versions.error_code == ErrorCode.none
         assert {k.api_key for k in versions.api_keys} >= set(FUZZED_APIS)
-        metadata = self.request(METADATA, 12, {"topics": [{"name": TOPIC, "topic_id": None}],
+        metadata = self.request(ApiKey.METADATA, 12, {"topics": [{"name": TOPIC, "topic_id": None}],
                                                "allow_auto_topic_creation": False,
                                                "include_topic_authorized_operations": False})
         assert [b.node_id for b in metadata.brokers] == [1]
         assert [(t.name, t.error_code) for t in metadata.topics] == [(TOPIC, ErrorCode.none)]
 
     def log_end_offset(self) -> int:
-        response = self.request(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+        response = self.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": TOPIC, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
         (partition,) = response.topics[0].partitions
         assert partition.error_code == ErrorCode.none
         return partition.offset
 
     def produce(self, records: bytes, version: int) -> ErrorCode:
-        response = self.request(PRODUCE, version, {
+        response = self.request(ApiKey.PRODUCE, version, {
             "transactional_id": None, "acks": 1, "timeout": datetime.timedelta(seconds=10),
             "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": records}]}],
         })
@@ -150,9 +151,9 @@ def valid_requests(draw: st.DrawFn) -> tuple[bytes, int, bool]:
     low, high = SUPPORTED_VERSIONS[api_key]
     version = draw(st.integers(low, high))
     body = draw(st.from_type(request_class(api_key, version)))
-    if api_key == FETCH:  # keep long polls short, or every case waits them out
+    if api_key == ApiKey.FETCH:  # keep long polls short, or every case waits them out
         body = dataclasses.replace(body, max_wait=datetime.timedelta(milliseconds=draw(st.integers(0, 50))))
-    if api_key == METADATA and 10 <= version < 12 and body.topics:
+    if api_key == ApiKey.METADATA and 10 <= version < 12 and body.topics:
         # The schema lets v10-11 name topics by id only, but Kafka refuses those requests (names may be
         # null from v12), and so does Floe: by closing the connection.
         body = dataclasses.replace(body, topics=tuple(
@@ -160,7 +161,7 @@ def valid_requests(draw: st.DrawFn) -> tuple[bytes, int, bool]:
             for topic in body.topics))
     correlation_id = draw(st.integers(0, 2**31 - 1))
     frame = encode_request(api_key, version, correlation_id, draw(st.none() | st.text(max_size=10)), body)
-    return frame, correlation_id, not (api_key == PRODUCE and body.acks == 0)
+    return frame, correlation_id, not (api_key == ApiKey.PRODUCE and body.acks == 0)
 
 
 valid_frames = valid_requests().map(lambda request: request[0])
@@ -322,7 +323,7 @@ def record_count(records: bytes) -> int:
 
 
 @settings(FUZZ, max_examples=200)
-@given(case=produce_cases, version=st.integers(*SUPPORTED_VERSIONS[PRODUCE]))
+@given(case=produce_cases, version=st.integers(*SUPPORTED_VERSIONS[ApiKey.PRODUCE]))
 def test_a_refused_batch_writes_nothing_and_the_broker_stays_up(
         broker: RawBroker, case: tuple[bytes, ErrorCode | None], version: int) -> None:
     records, expected = case
@@ -347,7 +348,7 @@ def test_a_shortened_batch_is_corrupt_even_when_its_tail_reads_as_a_batch_of_ano
     (length,) = struct.unpack_from(">i", batch, 8)
     struct.pack_into(">i", batch, 8, length - 150)
     before = broker.log_end_offset()
-    assert broker.produce(bytes(batch), SUPPORTED_VERSIONS[PRODUCE][1]) == ErrorCode.corrupt_message
+    assert broker.produce(bytes(batch), SUPPORTED_VERSIONS[ApiKey.PRODUCE][1]) == ErrorCode.corrupt_message
     assert broker.log_end_offset() == before
     broker.assert_healthy()
 
@@ -355,9 +356,9 @@ def test_a_shortened_batch_is_corrupt_even_when_its_tail_reads_as_a_batch_of_ano
 def test_a_frame_declaring_four_billion_topics_leaves_the_broker_up(tmp_path: Any) -> None:
     # Metadata v12 (flexible): header v2 with client id "x" and no tagged fields, then a compact array
     # of topics whose length varint says 2**32 - 2 entries.
-    frame = struct.pack(">hhih", METADATA, 12, 7, 1) + b"x\x00" + b"\xff\xff\xff\xff\x0f"
+    frame = struct.pack(">hhih", ApiKey.METADATA, 12, 7, 1) + b"x\x00" + b"\xff\xff\xff\xff\x0f"
     with running_stack(tmp_path) as stack:
         raw = RawBroker(stack.host, stack.processes[1].port)
         raw.exchange(SIZE.pack(len(frame)) + frame)
-        versions = raw.request(API_VERSIONS, 3, {"client_software_name": "fuzz", "client_software_version": "1"})
+        versions = raw.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "fuzz", "client_software_version": "1"})
         assert versions.error_code == ErrorCode.none

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from broker_core.groups.admin import BrokerConnection
+from broker_core.client import BlockingConnection
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
+from broker_core.protocol.api_keys import ApiKey
 from tests.broker_core.groups.raw_member import RawMember
 from tests.support.stack import running_stack
 
@@ -35,12 +36,13 @@ def group_topic(group_stack: LocalStack) -> str:
     name = "group-test-topic"
     MetadataStore(group_stack.aws).create_topic(name, 4, 1)
     deadline = time.monotonic() + 20
-    connection = BrokerConnection("127.0.0.1", group_stack.processes[1].port)
+    connection = BlockingConnection("127.0.0.1", group_stack.processes[1].port)
     try:
         while time.monotonic() < deadline:
-            response = connection.request(3, {"topics": [{"name": name}], "allow_auto_topic_creation": False,
-                                               "include_cluster_authorized_operations": False,
-                                               "include_topic_authorized_operations": False}, 9)
+            response = connection.request(ApiKey.METADATA, {"topics": [{"name": name}],
+                                                             "allow_auto_topic_creation": False,
+                                                             "include_cluster_authorized_operations": False,
+                                                             "include_topic_authorized_operations": False}, 9)
             if response.topics[0].error_code == 0 and len(response.topics[0].partitions) == 4:
                 break
             time.sleep(0.1)

@@ -13,15 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core.groups.admin import BrokerConnection
+from broker_core.client import BlockingConnection
 from broker_core.local_stack import LocalStack
+from broker_core.protocol.api_keys import ApiKey
 
 SESSION_TIMEOUT_MS = 3000
 # The highest version of each group API that Floe serves.
 LATEST = {"find": 4, "join": 9, "sync": 5, "heartbeat": 4, "leave": 5, "commit": 8, "fetch": 7, "describe": 5,
           "list": 4, "delete": 2}
-FIND_COORDINATOR, JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH = 10, 11, 14, 12, 13, 8, 9
-DESCRIBE, LIST, DELETE = 15, 16, 42
 NONE, MEMBER_ID_REQUIRED, NOT_COORDINATOR, UNKNOWN_MEMBER_ID = 0, 79, 16, 25
 RESTARTS_AFTER_LOST_PENDING_ID = 3
 RETRY_NOT_COORDINATOR_S = 10.0
@@ -42,29 +41,29 @@ class RawMember:
     member_id: str = ""
     generation: int = -1
     versions: dict[str, int] = field(default_factory=lambda: dict(LATEST))
-    _connection: BrokerConnection | None = None
+    _connection: BlockingConnection | None = None
     coordinator: int = -1
     _found: bool = False  # whether the connection goes to the broker FindCoordinator named
 
-    def connect(self, broker_id: int) -> BrokerConnection:
+    def connect(self, broker_id: int) -> BlockingConnection:
         if self._connection is not None:
             self._connection.close()
-        self._connection = BrokerConnection("127.0.0.1", self.stack.processes[broker_id].port,
-                                            client_id=f"raw-{self.group_id}")
+        self._connection = BlockingConnection("127.0.0.1", self.stack.processes[broker_id].port,
+                                              client_id=f"raw-{self.group_id}")
         self.coordinator = broker_id
         self._found = False
         return self._connection
 
     def find_coordinator(self, via: int = 1) -> Any:
-        probe = BrokerConnection("127.0.0.1", self.stack.processes[via].port)
+        probe = BlockingConnection("127.0.0.1", self.stack.processes[via].port)
         try:
             version = self.versions["find"]
             if version >= 4:
-                response = probe.request(FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": (self.group_id,)},
+                response = probe.request(ApiKey.FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": (self.group_id,)},
                                          version)
                 answer = response.coordinators[0]
             else:
-                answer = probe.request(FIND_COORDINATOR, {"key": self.group_id, "key_type": 0}, version)
+                answer = probe.request(ApiKey.FIND_COORDINATOR, {"key": self.group_id, "key_type": 0}, version)
         finally:
             probe.close()
         if answer.error_code == 0:
@@ -73,14 +72,14 @@ class RawMember:
         return answer
 
     @property
-    def connection(self) -> BrokerConnection:
+    def connection(self) -> BlockingConnection:
         if self._connection is None:
             answer = self.find_coordinator()
             assert answer.error_code == 0, answer
         assert self._connection is not None
         return self._connection
 
-    def request(self, api: str, api_key: int, data: dict[str, Any]) -> Any:
+    def request(self, api: str, api_key: ApiKey, data: dict[str, Any]) -> Any:
         """Send one request; like a real client, a member that found its coordinator through
         FindCoordinator looks it up again and retries when told NOT_COORDINATOR (a coordinator whose
         lease heartbeat is late on a loaded machine stops trusting the lease for a moment)."""
@@ -96,7 +95,7 @@ class RawMember:
     # the group APIs ----------------------------------------------------------------------------
 
     def join_once(self, session_timeout_ms: int = SESSION_TIMEOUT_MS, rebalance_timeout_ms: int = 10_000) -> Any:
-        response = self.request("join", JOIN, {
+        response = self.request("join", ApiKey.JOIN_GROUP, {
             "group_id": self.group_id, "session_timeout": ms(session_timeout_ms),
             "rebalance_timeout": ms(rebalance_timeout_ms), "member_id": self.member_id,
             "group_instance_id": self.instance_id, "protocol_type": "consumer",
@@ -128,7 +127,7 @@ class RawMember:
         return response
 
     def sync(self, assignments: dict[str, bytes] | None = None, generation: int | None = None) -> Any:
-        return self.request("sync", SYNC, {
+        return self.request("sync", ApiKey.SYNC_GROUP, {
             "group_id": self.group_id, "generation_id": self.generation if generation is None else generation,
             "member_id": self.member_id, "group_instance_id": self.instance_id, "protocol_type": "consumer",
             "protocol_name": self.protocols[0][0],
@@ -136,16 +135,16 @@ class RawMember:
         })
 
     def heartbeat(self, generation: int | None = None, member_id: str | None = None) -> Any:
-        return self.request("heartbeat", HEARTBEAT, {
+        return self.request("heartbeat", ApiKey.HEARTBEAT, {
             "group_id": self.group_id, "generation_id": self.generation if generation is None else generation,
             "member_id": self.member_id if member_id is None else member_id, "group_instance_id": self.instance_id,
         })
 
     def leave(self) -> Any:
         if self.versions["leave"] >= 3:
-            return self.request("leave", LEAVE, {"group_id": self.group_id, "members": [
+            return self.request("leave", ApiKey.LEAVE_GROUP, {"group_id": self.group_id, "members": [
                 {"member_id": self.member_id, "group_instance_id": self.instance_id, "reason": None}]})
-        return self.request("leave", LEAVE, {"group_id": self.group_id, "member_id": self.member_id})
+        return self.request("leave", ApiKey.LEAVE_GROUP, {"group_id": self.group_id, "member_id": self.member_id})
 
     def commit(self, offsets: dict[tuple[str, int], int], metadata: str | None = "", generation: int | None = None,
                member_id: str | None = None, retention_ms: int = -1) -> dict[tuple[str, int], int]:
@@ -153,7 +152,7 @@ class RawMember:
         for (topic, partition), offset in offsets.items():
             topics.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
                                                  "committed_leader_epoch": -1, "committed_metadata": metadata})
-        response = self.request("commit", COMMIT, {
+        response = self.request("commit", ApiKey.OFFSET_COMMIT, {
             "group_id": self.group_id,
             "generation_id_or_member_epoch": self.generation if generation is None else generation,
             "member_id": self.member_id if member_id is None else member_id, "group_instance_id": self.instance_id,
@@ -169,7 +168,7 @@ class RawMember:
             for topic, partition in partitions:
                 by_topic.setdefault(topic, []).append(partition)
             topics = [{"name": name, "partition_indexes": indexes} for name, indexes in by_topic.items()]
-        return self.request("fetch", FETCH, {"group_id": self.group_id, "topics": topics, "require_stable": False})
+        return self.request("fetch", ApiKey.OFFSET_FETCH, {"group_id": self.group_id, "topics": topics, "require_stable": False})
 
     def close(self) -> None:
         if self._connection is not None:

@@ -7,10 +7,8 @@ import time
 import pytest
 
 from broker_core.groups.store import GroupStore
+from broker_core.protocol.api_keys import ApiKey
 from tests.broker_core.groups.raw_member import (
-    DELETE,
-    DESCRIBE,
-    LIST,
     MEMBER_ID_REQUIRED,
     NONE,
     RawMember,
@@ -258,16 +256,16 @@ def test_list_and_describe_show_state_members_and_assignment(members) -> None:
     member = members()
     assert member.join().error_code == NONE
     assert member.sync({member.member_id: b"bytes"}).error_code == NONE
-    described = member.connection.request(DESCRIBE, {"groups": (member.group_id,),
+    described = member.connection.request(ApiKey.DESCRIBE_GROUPS, {"groups": (member.group_id,),
                                                      "include_authorized_operations": False}, 5).groups[0]
     assert described.group_state == "Stable"
     assert described.protocol_type == "consumer"
     assert described.protocol_data == "range"
     assert [(m.member_id, bytes(m.member_assignment), bytes(m.member_metadata)) for m in described.members] == [
         (member.member_id, b"bytes", b"meta")]
-    listed = member.connection.request(LIST, {"states_filter": ()}, 4)
+    listed = member.connection.request(ApiKey.LIST_GROUPS, {"states_filter": ()}, 4)
     assert (member.group_id, "Stable") in {(g.group_id, g.group_state) for g in listed.groups}
-    filtered = member.connection.request(LIST, {"states_filter": ("Empty",)}, 4)
+    filtered = member.connection.request(ApiKey.LIST_GROUPS, {"states_filter": ("Empty",)}, 4)
     assert member.group_id not in {g.group_id for g in filtered.groups}
 
 
@@ -278,7 +276,7 @@ def test_delete_groups_refuses_a_group_with_members_and_forgets_an_empty_one(mem
     assert member.commit({(group_topic, 0): 8}) == {(group_topic, 0): NONE}
 
     def delete() -> int:
-        return member.connection.request(DELETE, {"groups_names": (member.group_id,)}, 2).results[0].error_code
+        return member.connection.request(ApiKey.DELETE_GROUPS, {"groups_names": (member.group_id,)}, 2).results[0].error_code
 
     assert delete() == NON_EMPTY_GROUP
     assert member.leave().error_code == NONE

@@ -18,17 +18,14 @@ import psutil
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from broker_core.client import BrokerConnection
+from broker_core.client import LATEST, BrokerConnection
 from broker_core.metadata.store import MetadataStore
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.records import SimpleRecord, build_batch
 from broker_core.server.listener import MAX_PIPELINED_PRODUCES
 from tests.faults.harness import produce_outcome, send_produce
 from tests.support.stack import running_stack
 
-PRODUCE_API = 0
-
-LIST_OFFSETS_API = 2
-LATEST_TIMESTAMP = -1
 REQUESTS = 20
 
 
@@ -54,10 +51,10 @@ def test_pipelined_produces_get_consecutive_offsets_and_a_later_request_sees_the
             try:
                 produces = [send_produce(connection, "pipelined", 0, f"record-{i}".encode(), timeout_ms=30_000)
                             for i in range(REQUESTS)]
-                offsets = connection.send(LIST_OFFSETS_API, {
+                offsets = connection.send(ApiKey.LIST_OFFSETS, {
                     "replica_id": -1, "isolation_level": 0,
                     "topics": [{"name": "pipelined", "partitions": [
-                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}]}],
+                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": LATEST}]}],
                 })
                 *produced, listed = await asyncio.gather(*produces, offsets)
             finally:
@@ -97,12 +94,12 @@ def test_produces_waiting_for_acks_all_do_not_keep_their_records_in_the_leaders_
             await connection.connect()
             try:
                 # One request first, so the leader has a receive buffer of this size and its decoders loaded.
-                warm_up = await connection.send(PRODUCE_API, produce_request())
+                warm_up = await connection.send(ApiKey.PRODUCE, produce_request())
                 assert produce_outcome(warm_up) == (ErrorCode.none, 0)
                 before = leader_process.memory_info().rss
                 os.kill(stack.processes[follower].pid, signal.SIGSTOP)
                 try:
-                    waiting = [asyncio.ensure_future(connection.send(PRODUCE_API, produce_request()))
+                    waiting = [asyncio.ensure_future(connection.send(ApiKey.PRODUCE, produce_request()))
                                for _ in range(MAX_PIPELINED_PRODUCES)]
                     log_dir = stack.processes[leader].data_dir / "held-0"
                     appended = len(records) * (1 + MAX_PIPELINED_PRODUCES)

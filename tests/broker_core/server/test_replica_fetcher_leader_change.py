@@ -21,10 +21,10 @@ from broker_core.client import BrokerConnection, ClientError
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.controller import ControllerLease
 from broker_core.metadata.store import MetadataStore
+from broker_core.protocol.api_keys import ApiKey
 from tests.faults.harness import produce_directly
 from tests.support.stack import running_stack
 
-METADATA_API = 3
 PATIENCE_S = 60.0
 
 
@@ -52,7 +52,7 @@ def ask_about_topic(stack: LocalStack, broker_id: int, topic: str) -> None:
         connection = BrokerConnection(stack.host, stack.processes[broker_id].port)
         await connection.connect()
         try:
-            await connection.send(METADATA_API, {
+            await connection.send(ApiKey.METADATA, {
                 "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
                 "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False,
             })

@@ -1,76 +1,44 @@
-"""Floe's own small asyncio Kafka client: topics, produce, fetch and offsets over the wire protocol.
+"""`FloeClient`: Floe's own asyncio Kafka client for one cluster: topics, produce, fetch and offsets.
 
-The Lambda front ends, the `floe` CLI, the demo and the benchmarks talk to brokers through this
-module. `BrokerConnection` is one TCP connection: it negotiates a version per API with ApiVersions
-when it opens, then pipelines requests (each waits on a future keyed by its correlation id, which
-the connection's protocol resolves as responses arrive, in whatever order; responses are received
-in place, see FrameDecoder). `FloeClient` sits on top: it keeps
-a metadata cache (brokers, topics, partition leaders) and two connections per broker, one for
-fetches so that a long poll never holds up a produce; it sends each request to the partition's
-leader and retries errors Kafka marks retriable, refreshing metadata first when the error says the
-cache is stale. Requests are kio entities, built from dicts with `build_entity` so one code path
-serves every negotiated version. Consumer groups are not here yet.
+The Lambda front ends, the `floe` CLI and the benchmarks talk to brokers through it. It
+keeps a metadata cache (brokers, topics, partition leaders) and two `BrokerConnection`s per broker,
+one for fetches so that a long poll never holds up a produce; it sends each request to the
+partition's leader and retries errors Kafka marks retriable, with `backoff_s` between attempts,
+refreshing metadata first when the error says the cache is stale. Consumer groups are not here
+(`broker_core.groups.admin` reads them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import itertools
-import struct
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from broker_core.partitioner import murmur2, partition_for_key
 from broker_core.protocol.api_keys import ApiKey
-from broker_core.protocol.errors import invalidates_metadata
-from broker_core.protocol.framing import FrameDecoder, FramingError, decode_response, encode_request
-from broker_core.protocol.messages import (
-    SUPPORTED_VERSIONS,
-    api_name,
-    build_entity,
-    request_class,
-)
-from broker_core.records import (
-    Compression,
-    Record,
-    RecordInput,
-    build_batch,
-    iter_batches,
-    iter_headers,
-    parse_header,
-)
+from broker_core.records import Compression, RecordInput, build_batch, iter_headers, parse_header
 from broker_core.records.errors import TruncatedBatchError
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
-
-# The newest version of each API this client fills every field of; negotiation takes the lower of
-# this and the broker's newest. (DeleteTopics v6 and Fetch v13 address topics by id.)
-CLIENT_MAX_VERSIONS: dict[int, int] = {
-    PRODUCE: 9,
-    FETCH: 12,
-    LIST_OFFSETS: 7,
-    METADATA: 12,
-    ApiKey.API_VERSIONS: 3,
-    CREATE_TOPICS: 7,
-    DELETE_TOPICS: 5,
-    DESCRIBE_CONFIGS: 4,
-}
+from .backoff import RETRY_BACKOFF_S, backoff_s
+from .connection import BrokerConnection
+from .errors import BrokerConnectionError, ClientError, KafkaError, NoBrokersError, raise_for
+from .results import (
+    BrokerInfo,
+    FetchResult,
+    PartitionInfo,
+    ProduceResult,
+    RawFetchResult,
+    TopicInfo,
+    decode_fetch,
+)
 
 EARLIEST = -2  # ListOffsets: the log start offset
 LATEST = -1  # ListOffsets: the high watermark (the offset the next acknowledged record gets)
 RESOURCE_TOPIC = 2
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
-CLIENT_SOFTWARE_NAME = "floe-client"
-CLIENT_SOFTWARE_VERSION = "0.1.0"
-
-_CORRELATION_ID = struct.Struct(">i")
-_MAX_RESPONSE_BYTES = 512 * 1024 * 1024
 
 # A broker answers one request of a connection at a time (as Kafka does), so a long-poll fetch would
 # hold up every request behind it: fetches get a connection of their own to each broker.
@@ -81,368 +49,12 @@ _FETCH_LANE = "fetch"
 # without an idempotent producer could write the records twice, so produce reports them instead.
 _PRODUCE_MAYBE_APPENDED = frozenset({ErrorCode.request_timed_out, ErrorCode.not_enough_replicas_after_append})
 
+_T = TypeVar("_T")
 
-# errors ----------------------------------------------------------------------------------------
 
-
-class ClientError(Exception):
-    """Base of every error this client raises."""
-
-
-class KafkaError(ClientError):
-    """A broker answered with a Kafka error code; ``topic``/``partition`` say where, when known."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None, *, topic: str | None = None,
-                 partition: int | None = None) -> None:
-        self.code = code
-        self.message = message
-        self.topic = topic
-        self.partition = partition
-        where = f" ({topic}" + (f"-{partition}" if partition is not None else "") + ")" if topic else ""
-        super().__init__(f"{code.name}{where}" + (f": {message}" if message else ""))
-
-    @property
-    def retriable(self) -> bool:
-        return bool(self.code.retriable)
-
-    @property
-    def invalidates_metadata(self) -> bool:
-        return invalidates_metadata(self.code)
-
-
-class BrokerConnectionError(ClientError):
-    """A connection could not be opened or was lost.
-
-    ``request_sent`` says whether the request had been written to the socket: if it had, the broker
-    may have acted on it, so a produce is not retried.
-    """
-
-    def __init__(self, message: str, *, request_sent: bool = False) -> None:
-        super().__init__(message)
-        self.request_sent = request_sent
-
-
-class RequestTimeoutError(BrokerConnectionError):
-    """No response came within the request timeout; the connection is closed (its state is unknown)."""
-
-
-class UnsupportedVersionError(ClientError):
-    """The broker serves no version of an API that this client can speak."""
-
-
-class NoBrokersError(ClientError):
-    """None of the bootstrap servers (nor any broker from metadata) accepted a connection."""
-
-
-def _raise_for(code: ErrorCode, message: str | None = None, *, topic: str | None = None,
-               partition: int | None = None) -> None:
-    if code != ErrorCode.none:
-        raise KafkaError(code, message, topic=topic, partition=partition)
-
-
-# results ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    partition: int
-    leader: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    leader_epoch: int
-    offline_replicas: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    topic_id: uuid.UUID | None
-    partitions: list[PartitionInfo]
-
-    @property
-    def num_partitions(self) -> int:
-        return len(self.partitions)
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceResult:
-    """Where a batch landed. With acks=0 the broker says nothing, so every offset is -1 (as in Kafka's
-    Java client); ``log_append_time`` is -1 unless the topic uses LogAppendTime."""
-
-    partition: int
-    base_offset: int
-    last_offset: int
-    log_append_time: int = -1
-    log_start_offset: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """Records at or after the fetch offset; ``next_offset`` is where the next fetch starts (past
-    every whole batch returned, control batches included)."""
-
-    records: list[Record]
-    high_watermark: int
-    log_start_offset: int
-    next_offset: int
-    raw_bytes_len: int
-
-
-@dataclass(frozen=True, slots=True)
-class RawFetchResult:
-    """A fetch's records bytes as the broker sent them (whole batches, maybe a cut-off last one)."""
-
-    records: bytes
-    high_watermark: int
-    log_start_offset: int
-    next_offset: int
-
-
-# one connection --------------------------------------------------------------------------------
-
-
-class BrokerConnection:
-    """One pipelined TCP connection to one broker.
-
-    Requests may be sent concurrently from many tasks of one event loop; frames are written whole and
-    in the order `send` is called, and each response is routed to its request by correlation id.
-    Pipelining saves round trips, but a broker answers a connection's requests one at a time, so a
-    long-poll Fetch delays whatever was sent after it on the same connection.
-    Not thread-safe: use it from the event loop that opened it. A connection that lost its socket or
-    timed out a request is closed for good; open a new one.
-    """
-
-    def __init__(self, host: str, port: int, *, client_id: str = "floe-client",
-                 request_timeout_s: float = 30.0, node_id: int | None = None) -> None:
-        self.host = host
-        self.port = port
-        self.node_id = node_id
-        self.client_id = client_id
-        self.request_timeout_s = request_timeout_s
-        self.versions: dict[int, int] = {}
-        self.broker_versions: dict[int, tuple[int, int]] = {}
-        self._transport: asyncio.Transport | None = None
-        self._protocol: _ResponseProtocol | None = None
-        self._pending: dict[int, tuple[int, int, asyncio.Future, bool]] = {}  # key, version, future, decode
-        self._correlation_ids = itertools.count(1)
-        self._closed_reason: str | None = None
-
-    def __repr__(self) -> str:
-        return f"BrokerConnection({self.host}:{self.port}, node {self.node_id})"
-
-    @property
-    def connected(self) -> bool:
-        return self._transport is not None and self._closed_reason is None
-
-    async def connect(self) -> None:
-        """Open the socket and negotiate versions; raises BrokerConnectionError if either fails."""
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self.request_timeout_s):
-                self._transport, self._protocol = await loop.create_connection(
-                    lambda: _ResponseProtocol(self), self.host, self.port)
-        except (TimeoutError, OSError) as exc:
-            raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
-        try:
-            await self._negotiate_versions()
-        except BaseException:
-            await self.close()
-            raise
-
-    async def _negotiate_versions(self) -> None:
-        # ApiVersions v3 is served by every broker since Kafka 2.4, Floe's included.
-        response = await self._send_versioned(ApiKey.API_VERSIONS, CLIENT_MAX_VERSIONS[ApiKey.API_VERSIONS], {
-            "client_software_name": CLIENT_SOFTWARE_NAME, "client_software_version": CLIENT_SOFTWARE_VERSION,
-        })
-        _raise_for(response.error_code, "ApiVersions")
-        self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-        for api_key, our_max in CLIENT_MAX_VERSIONS.items():
-            if api_key not in self.broker_versions:
-                continue
-            broker_min, broker_max = self.broker_versions[api_key]
-            our_min = SUPPORTED_VERSIONS[api_key][0]
-            version = min(our_max, broker_max)
-            if version >= max(our_min, broker_min):
-                self.versions[api_key] = version
-
-    def version_for(self, api_key: int) -> int:
-        version = self.versions.get(api_key)
-        if version is None:
-            raise UnsupportedVersionError(
-                f"broker {self.host}:{self.port} serves no version of {api_name(api_key)} this client speaks"
-                f" (broker: {self.broker_versions.get(api_key)}, client: up to {CLIENT_MAX_VERSIONS.get(api_key)})")
-        return version
-
-    async def send(self, api_key: int, request: Mapping[str, Any] | Any, *, expect_response: bool = True,
-                   timeout_s: float | None = None) -> Any:
-        """Send one request and return the decoded kio response (None when ``expect_response`` is
-        false, as for Produce with acks=0).
-
-        ``request`` is a dict holding the fields of any version (built for the negotiated one) or a
-        kio request entity (sent in its own version, which the broker must serve).
-        """
-        if isinstance(request, Mapping):
-            version = self.version_for(api_key)
-        else:
-            version = int(type(request).__version__)
-            low, high = self.broker_versions.get(api_key, (0, -1))
-            if not low <= version <= high:
-                raise UnsupportedVersionError(f"broker serves {api_name(api_key)} {low}..{high}, not v{version}")
-        return await self._send_versioned(api_key, version, request, expect_response=expect_response,
-                                          timeout_s=timeout_s)
-
-    async def _send_versioned(self, api_key: int, version: int, request: Mapping[str, Any] | Any, *,
-                              expect_response: bool = True, timeout_s: float | None = None) -> Any:
-        if isinstance(request, Mapping):
-            request = build_entity(request_class(api_key, version), request)
-        return await self._exchange(
-            api_key, version, lambda correlation_id: encode_request(api_key, version, correlation_id, self.client_id,
-                                                                    request),
-            decode=True, expect_response=expect_response, timeout_s=timeout_s)
-
-    async def send_raw(self, api_key: int, version: int, encode: Callable[[int], bytes], *,
-                       timeout_s: float | None = None) -> bytes | memoryview:
-        """Send the request frame ``encode(correlation_id)`` builds (size prefix included) and return
-        the response frame undecoded. A large frame is a view into this connection's receive buffer,
-        valid until the next large response starts to arrive: read it before the next request."""
-        return await self._exchange(api_key, version, encode, decode=False, expect_response=True,
-                                    timeout_s=timeout_s)
-
-    async def _exchange(self, api_key: int, version: int, encode: Callable[[int], bytes], *, decode: bool,
-                        expect_response: bool, timeout_s: float | None) -> Any:
-        if self._closed_reason is not None or self._transport is None:
-            raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed: {self._closed_reason}")
-        correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
-        frame = encode(correlation_id)
-        future: asyncio.Future | None = None
-        if expect_response:
-            future = asyncio.get_running_loop().create_future()
-            self._pending[correlation_id] = (api_key, version, future, decode)
-        try:
-            self._transport.write(frame)
-            await self._protocol.drain()
-        except (OSError, RuntimeError) as exc:
-            self._pending.pop(correlation_id, None)
-            self._fail(f"write failed: {exc!r}")
-            raise BrokerConnectionError(f"lost connection to {self.host}:{self.port} while sending",
-                                        request_sent=True) from exc
-        if future is None:
-            return None
-        try:
-            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that
-            # arrives as the response does.
-            async with asyncio.timeout(self.request_timeout_s if timeout_s is None else timeout_s):
-                return await future
-        except TimeoutError:
-            self._pending.pop(correlation_id, None)
-            reason = f"{api_name(api_key)} v{version} got no response within the request timeout"
-            self._fail(reason)
-            raise RequestTimeoutError(f"{self.host}:{self.port}: {reason}", request_sent=True) from None
-
-    def _take_response(self, frame: bytes | memoryview) -> bool:
-        """Route one response frame to its request; False when the stream cannot be trusted any more."""
-        (correlation_id,) = _CORRELATION_ID.unpack_from(frame, 0)
-        entry = self._pending.pop(correlation_id, None)
-        if entry is None:
-            self._fail(f"response with unknown correlation id {correlation_id}")
-            return False
-        api_key, version, future, decode = entry
-        if future.done():
-            return True
-        if not decode:
-            future.set_result(frame)
-            return True
-        try:
-            _, response = decode_response(api_key, version, frame)
-        except Exception as exc:  # kio raises several types; the request alone fails
-            future.set_exception(ClientError(f"cannot decode {api_name(api_key)} v{version} response: {exc!r}"))
-        else:
-            future.set_result(response)
-        return True
-
-    def _fail(self, reason: str) -> None:
-        """Close for good and fail every request still waiting for a response."""
-        if self._closed_reason is None:
-            self._closed_reason = reason
-        pending, self._pending = self._pending, {}
-        for _, _, future, _ in pending.values():
-            if not future.done():
-                future.set_exception(BrokerConnectionError(
-                    f"connection to {self.host}:{self.port} closed ({reason})", request_sent=True))
-        if self._transport is not None:
-            self._transport.close()
-
-    async def close(self) -> None:
-        self._fail("closed by the client")
-        if self._protocol is not None:
-            await self._protocol.closed
-
-
-class _ResponseProtocol(asyncio.BufferedProtocol):
-    """Receives a connection's responses in place (see FrameDecoder: a large fetch response is
-    received straight into its own buffer and decoded from there) and hands each to the connection."""
-
-    def __init__(self, connection: BrokerConnection) -> None:
-        self.connection = connection
-        self.decoder = FrameDecoder(_MAX_RESPONSE_BYTES, min_frame_bytes=4)
-        loop = asyncio.get_running_loop()
-        self.closed: asyncio.Future[None] = loop.create_future()
-        self._writable: asyncio.Future[None] | None = None  # set while the transport's buffer is full
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.decoder.receive_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        try:
-            frames = self.decoder.received(nbytes)
-        except FramingError as exc:
-            self.connection._fail(f"response {exc}")
-            return
-        for frame in frames:
-            if not self.connection._take_response(frame):
-                return
-
-    def eof_received(self) -> bool:
-        self.connection._fail("closed by the broker")
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.connection._fail("closed by the broker" if exc is None else f"read failed: {exc!r}")
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-    def pause_writing(self) -> None:
-        if self._writable is None or self._writable.done():
-            self._writable = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-
-    async def drain(self) -> None:
-        """Wait while the transport holds more than its high-water mark of unsent bytes."""
-        if self.closed.done():
-            raise ConnectionResetError("connection lost")
-        if self._writable is not None and not self._writable.done():
-            await asyncio.shield(self._writable)
-            if self.closed.done():
-                raise ConnectionResetError("connection lost")
-
-
-# the client ------------------------------------------------------------------------------------
-
-
-def _parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
+    """``"host:port,host:port"`` to pairs (empty entries skipped, ``[v6]`` brackets removed);
+    ValueError on an entry that is not host:port, or when none is given."""
     result = []
     for entry in servers.split(","):
         entry = entry.strip()
@@ -464,15 +76,20 @@ def _millis(value: datetime.datetime | None) -> int:
 class FloeClient:
     """A Kafka client for one cluster: admin calls, produce, fetch and offsets.
 
-    Use as ``async with FloeClient("host:port") as client: ...``. Not thread-safe; all calls belong
-    to the event loop that entered it. Retriable errors are retried ``retries`` times with
-    exponential backoff from ``retry_backoff_s``, refreshing metadata first when the error says the
-    cached leaders are stale; anything else raises `KafkaError` with the broker's code.
+    Role: find each partition's leader and send it the request, so callers name topics and
+    partitions, never brokers. Use as ``async with FloeClient("host:port") as client: ...``.
+    Invariants: the metadata cache (``brokers``, ``topics``) is only replaced by a Metadata response,
+    and a topic's entry is dropped whenever an error says its leaders are stale; a request that may
+    have changed something on the broker (a produce whose connection failed after sending, or that
+    timed out) is reported, never repeated, so retries cannot duplicate records. Retriable errors are
+    retried ``retries`` times with exponential backoff from ``retry_backoff_s``; anything else raises
+    `KafkaError` with the broker's code.
+    Callers: the tasks of the one event loop that entered it, concurrently. Not thread-safe.
     """
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "floe-client", request_timeout_s: float = 30.0,
-                 retries: int = 8, retry_backoff_s: float = 0.05) -> None:
-        self.bootstrap = _parse_bootstrap(bootstrap_servers)
+                 retries: int = 8, retry_backoff_s: float = RETRY_BACKOFF_S) -> None:
+        self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.retries = retries
@@ -480,7 +97,6 @@ class FloeClient:
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.controller_id = -1
-        self.cluster_id: str | None = None
         self._connections: dict[tuple[int, str], BrokerConnection] = {}
         self._connecting: dict[tuple[int, str], asyncio.Task] = {}
         self._bootstrap_connection: BrokerConnection | None = None
@@ -586,7 +202,7 @@ class FloeClient:
         return await self._send_anywhere(api_key, request, idempotent=False)
 
     async def _backoff(self, attempt: int) -> None:
-        await asyncio.sleep(min(self.retry_backoff_s * (2 ** attempt), 1.0))
+        await asyncio.sleep(backoff_s(attempt, self.retry_backoff_s))
 
     # metadata ----------------------------------------------------------------------------------
 
@@ -596,14 +212,13 @@ class FloeClient:
         Updates the cache and returns, per topic asked about, its info or the error the broker gave.
         """
         topic_list = None if topics is None else [{"name": name, "topic_id": None} for name in topics]
-        response = await self._send_anywhere(METADATA, {
+        response = await self._send_anywhere(ApiKey.METADATA, {
             "topics": topic_list, "allow_auto_topic_creation": False,
             "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False,
         })
         self.brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, getattr(b, "rack", None))
                         for b in response.brokers}
         self.controller_id = getattr(response, "controller_id", -1)
-        self.cluster_id = getattr(response, "cluster_id", None)
         for key in [k for k in self._connections if k[0] not in self.brokers]:
             await self._connections.pop(key).close()
         if self.brokers and self._bootstrap_connection is not None:
@@ -654,12 +269,25 @@ class FloeClient:
             raise KafkaError(ErrorCode.leader_not_available, topic=topic, partition=partition)
         return leader
 
+    async def _by_leader(self, topic: str,
+                         by_partition: Mapping[int, _T]) -> tuple[dict[int, dict[int, _T]], KafkaError | None]:
+        """``by_partition`` grouped by each partition's leader. A partition whose leader cannot be
+        told now (a retriable error) is left out, and the last such error returned with the groups."""
+        by_leader: dict[int, dict[int, _T]] = {}
+        error: KafkaError | None = None
+        for partition, value in by_partition.items():
+            try:
+                leader = await self._leader(topic, partition)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                error = exc
+                continue
+            by_leader.setdefault(leader, {})[partition] = value
+        return by_leader, error
+
     async def num_partitions(self, topic: str) -> int:
         return (await self._topic(topic)).num_partitions
-
-    async def partition_for(self, topic: str, key: bytes) -> int:
-        """The partition Kafka's default partitioner sends this key to."""
-        return partition_for_key(key, await self.num_partitions(topic))
 
     # admin -------------------------------------------------------------------------------------
 
@@ -667,7 +295,7 @@ class FloeClient:
                            configs: Mapping[str, str] | None = None, *, wait_for_leaders: bool = True) -> TopicInfo | None:
         """Create a topic; with ``wait_for_leaders`` return once metadata shows a leader for every
         partition (otherwise return None at once)."""
-        response = await self._send_to_controller(CREATE_TOPICS, {
+        response = await self._send_to_controller(ApiKey.CREATE_TOPICS, {
             "topics": [{
                 "name": name, "num_partitions": partitions, "replication_factor": replication_factor,
                 "assignments": [], "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
@@ -675,7 +303,7 @@ class FloeClient:
             "timeout": datetime.timedelta(seconds=self.request_timeout_s), "validate_only": False,
         })
         for result in response.topics:
-            _raise_for(result.error_code, getattr(result, "error_message", None), topic=result.name)
+            raise_for(result.error_code, getattr(result, "error_message", None), topic=result.name)
         if not wait_for_leaders:
             return None
         return await self._wait_for_leaders(name, partitions)
@@ -696,13 +324,13 @@ class FloeClient:
             attempt += 1
 
     async def delete_topic(self, name: str) -> None:
-        response = await self._send_to_controller(DELETE_TOPICS, {
+        response = await self._send_to_controller(ApiKey.DELETE_TOPICS, {
             "topic_names": [name], "topics": [{"name": name, "topic_id": uuid.UUID(int=0)}],
             "timeout": datetime.timedelta(seconds=self.request_timeout_s),
         })
         self.topics.pop(name, None)
         for result in response.responses:
-            _raise_for(result.error_code, getattr(result, "error_message", None), topic=name)
+            raise_for(result.error_code, getattr(result, "error_message", None), topic=name)
 
     async def list_topics(self) -> list[str]:
         await self.refresh_metadata(None)
@@ -713,13 +341,13 @@ class FloeClient:
 
     async def describe_configs(self, topic: str) -> dict[str, str | None]:
         """The topic's effective configs (its own overrides, broker settings and defaults)."""
-        response = await self._send_anywhere(DESCRIBE_CONFIGS, {
+        response = await self._send_anywhere(ApiKey.DESCRIBE_CONFIGS, {
             "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic, "configuration_keys": None}],
             "include_synonyms": False, "include_documentation": False,
         })
         configs: dict[str, str | None] = {}
         for result in response.results:
-            _raise_for(result.error_code, result.error_message, topic=topic)
+            raise_for(result.error_code, result.error_message, topic=topic)
             configs.update((entry.name, entry.value) for entry in result.configs)
         return configs
 
@@ -747,17 +375,9 @@ class FloeClient:
         for attempt in range(self.retries + 1):
             if attempt:
                 await self._backoff(attempt - 1)
-            by_leader: dict[int, dict[int, bytes]] = {}
-            refresh = False
-            for partition, batch in remaining.items():
-                try:
-                    leader = await self._leader(topic, partition)
-                except KafkaError as exc:
-                    if not exc.retriable:
-                        raise
-                    last_error, refresh = exc, True
-                    continue
-                by_leader.setdefault(leader, {})[partition] = batch
+            by_leader, leader_error = await self._by_leader(topic, remaining)
+            refresh = leader_error is not None
+            last_error = leader_error or last_error
             outcomes = await asyncio.gather(
                 *(self._produce_to(leader, topic, part_batches, acks, timeout_ms)
                   for leader, part_batches in by_leader.items()),
@@ -790,7 +410,7 @@ class FloeClient:
     async def _produce_to(self, leader: int, topic: str, batches: dict[int, bytes], acks: int,
                           timeout_ms: int) -> dict[int, tuple[ErrorCode, str | None, int, int, int]]:
         connection = await self._connection(leader)
-        response = await connection.send(PRODUCE, {
+        response = await connection.send(ApiKey.PRODUCE, {
             "transactional_id": None, "acks": acks, "timeout": datetime.timedelta(milliseconds=timeout_ms),
             "topic_data": [{"name": topic, "partition_data": [
                 {"index": p, "records": batch} for p, batch in batches.items()]}],
@@ -814,7 +434,7 @@ class FloeClient:
         """Records from ``offset`` on (at least one whole batch if any exists, even past ``max_bytes``),
         waiting up to ``max_wait_ms`` for ``min_bytes`` to be available."""
         found = await self._fetch_partitions(topic, {partition: offset}, max_bytes, max_bytes, max_wait_ms, min_bytes)
-        return _decode_fetch(offset, *found[partition])
+        return decode_fetch(offset, *found[partition])
 
     async def fetch_many(self, topic: str, offsets: Mapping[int, int], *, max_bytes: int = 50 * 1024 * 1024,
                          partition_max_bytes: int = DEFAULT_FETCH_MAX_BYTES, max_wait_ms: int = 500,
@@ -822,7 +442,7 @@ class FloeClient:
         """Fetch several partitions, ``{partition: offset}``, with one Fetch request per leader; the
         wait ends when ``min_bytes`` are available across a leader's partitions."""
         found = await self._fetch_partitions(topic, offsets, max_bytes, partition_max_bytes, max_wait_ms, min_bytes)
-        return {partition: _decode_fetch(offsets[partition], *found[partition]) for partition in offsets}
+        return {partition: decode_fetch(offsets[partition], *found[partition]) for partition in offsets}
 
     async def fetch_raw(self, topic: str, partition: int, offset: int, *, max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
                         max_wait_ms: int = 500, min_bytes: int = 1) -> RawFetchResult:
@@ -847,17 +467,10 @@ class FloeClient:
         for attempt in range(self.retries + 1):
             if attempt:
                 await self._backoff(attempt - 1)
-            by_leader: dict[int, dict[int, int]] = {}
-            for partition, offset in remaining.items():
-                try:
-                    leader = await self._leader(topic, partition)
-                except KafkaError as exc:
-                    if not exc.retriable:
-                        raise
-                    last_error = exc
-                    self.topics.pop(topic, None)
-                    continue
-                by_leader.setdefault(leader, {})[partition] = offset
+            by_leader, leader_error = await self._by_leader(topic, remaining)
+            if leader_error is not None:
+                last_error = leader_error
+                self.topics.pop(topic, None)
             outcomes = await asyncio.gather(
                 *(self._fetch_from(leader, topic, leader_offsets, max_bytes, partition_max_bytes, max_wait_ms,
                                    min_bytes) for leader, leader_offsets in by_leader.items()),
@@ -891,7 +504,7 @@ class FloeClient:
                           partition_max_bytes: int, max_wait_ms: int,
                           min_bytes: int) -> dict[int, tuple[ErrorCode, tuple[bytes, int, int]]]:
         connection = await self._connection(leader, _FETCH_LANE)
-        response = await connection.send(FETCH, {
+        response = await connection.send(ApiKey.FETCH, {
             "replica_id": -1, "max_wait": datetime.timedelta(milliseconds=max_wait_ms), "min_bytes": min_bytes,
             "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": topic, "partitions": [
@@ -928,7 +541,7 @@ class FloeClient:
                 await self._backoff(attempt - 1)
             try:
                 connection = await self._connection(await self._leader(topic, partition))
-                response = await connection.send(LIST_OFFSETS, request)
+                response = await connection.send(ApiKey.LIST_OFFSETS, request)
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
@@ -953,41 +566,9 @@ class FloeClient:
         raise last_error
 
 
-def _decode_fetch(offset: int, raw: bytes, high_watermark: int, log_start: int) -> FetchResult:
-    records: list[Record] = []
-    next_offset = offset
-    for batch in iter_batches(raw, ignore_truncated_tail=True):
-        next_offset = max(next_offset, batch.header.next_offset)
-        if batch.header.is_control:
-            continue
-        # A compressed batch is sent whole, so it may start before the offset asked for.
-        records.extend(r for r in batch.records if r.offset >= offset)
-    return FetchResult(records, high_watermark, log_start, next_offset, len(raw))
 
 
 def _as_batch(records: Sequence[RecordInput] | bytes, compression: Compression | int) -> bytes:
     if isinstance(records, bytes | bytearray | memoryview):
         return bytes(records)
     return build_batch(records, compression=compression)
-
-
-__all__ = [
-    "EARLIEST",
-    "LATEST",
-    "BrokerConnection",
-    "BrokerConnectionError",
-    "BrokerInfo",
-    "ClientError",
-    "FetchResult",
-    "FloeClient",
-    "KafkaError",
-    "NoBrokersError",
-    "PartitionInfo",
-    "ProduceResult",
-    "RawFetchResult",
-    "RequestTimeoutError",
-    "TopicInfo",
-    "UnsupportedVersionError",
-    "murmur2",
-    "partition_for_key",
-]
