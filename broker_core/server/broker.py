@@ -23,12 +23,12 @@ from broker_core.metadata.state import BrokerState, ProducerIdBlock
 from broker_core.metadata.store import MetadataStore
 from broker_core.replication.fetcher import ReplicaFetcherManager
 from broker_core.replication.isr import IsrManager
+from broker_core.settings import BROKER_DEFAULTS, SOURCE_DEFAULT, SOURCE_STATIC_BROKER, ConfigEntry, effective
 
-from .config import BROKER_DEFAULTS, BrokerConfig
+from .config import BrokerConfig
 from .handlers import RequestHandlers
 from .listener import KafkaListener
 from .replica_manager import MetadataImage, ReplicaManager
-from .topic_configs import SOURCE_DEFAULT, SOURCE_STATIC_BROKER, ConfigEntry, effective
 
 log = logging.getLogger(__name__)
 ISR_CHECK_INTERVAL_S = 0.25

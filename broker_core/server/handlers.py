@@ -29,9 +29,10 @@ from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
 )
+from broker_core.settings import describe_topic_configs
 from tiered_storage.remote_reader import RemoteStorageError
 
-from .topic_configs import TopicConfigError, describe_topic_configs, validate_topic_configs
+from .config import TopicConfigError, validate_topic_configs
 
 if TYPE_CHECKING:
     from tiered_storage.remote_reader import RemoteLogReader

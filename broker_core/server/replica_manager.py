@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from broker_core.metadata.state import BrokerState
+from broker_core.settings import effective
 
 from .config import BrokerConfig
 from .partition import Partition
-from .topic_configs import effective
 
 log = logging.getLogger(__name__)
 
