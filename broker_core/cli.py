@@ -27,7 +27,7 @@ from broker_core.groups.cli import add_group_commands
 from broker_core.local_stack import DEFAULT_DIR, LocalStack, StackError, load_stack
 from broker_core.partitioner import partition_for_key
 from broker_core.records import Compression, Record, SimpleRecord
-from broker_core.server.config import ConfigError, parse_overrides
+from broker_core.settings import ConfigError, parse_overrides
 
 _PRODUCE_BATCH_LINES = 1000
 _CONSUME_POLL_MS = 500
@@ -81,21 +81,11 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def _parse_configs(pairs: list[str]) -> dict[str, str]:
-    configs = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--config {pair!r} is not KEY=VALUE")
-        configs[key.strip()] = value.strip()
-    return configs
-
-
 def _topics_create(args: argparse.Namespace) -> int:
     async def run() -> Any:
         async with _client(args) as client:
             return await client.create_topic(args.name, args.partitions, args.replication_factor,
-                                             _parse_configs(args.config))
+                                             parse_overrides(args.config, "--config"))
 
     info = asyncio.run(run())
     print(f"created topic {info.name} (id {info.topic_id}) with {info.num_partitions} partitions, "

@@ -42,6 +42,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from broker_core.client import FloeClient, KafkaError
 from broker_core.partitioner import partition_for_key
 from broker_core.records import SimpleRecord, build_batch
+from broker_core.settings import TOPIC_SETTINGS
 from functions import runtime
 from functions.errors import ApiError, FieldError, api_error_for, responses
 from functions.models import (
@@ -58,7 +59,7 @@ router = Router()
 IDEMPOTENCY_EXPIRY_S = 24 * 3600
 _IDEMPOTENCY_KEY_PREFIX = "floe-http-produce"
 _MAX_MESSAGE_BYTES = "max.message.bytes"
-_DEFAULT_MAX_MESSAGE_BYTES = 1048588
+_DEFAULT_MAX_MESSAGE_BYTES = int(TOPIC_SETTINGS[_MAX_MESSAGE_BYTES].default)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ PACKAGES = ("broker_core", "tiered_storage", "functions", "emr_jobs")
 # Lowest first. A module may import modules of its own layer or of lower ones. The most specific
 # prefix names a module's layer, so the broker's entry points sit above the services they wire.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("formats", ("broker_core.records", "broker_core.partitioner")),
+    ("formats and the settings registry", ("broker_core.records", "broker_core.partitioner", "broker_core.settings")),
     ("wire protocol and local log", ("broker_core.protocol", "broker_core.log")),
-    ("AWS access and settings", ("broker_core.aws", "broker_core.dynamodb_tables")),
+    ("AWS access", ("broker_core.aws", "broker_core.dynamodb_tables", "broker_core.retry")),
     ("cluster metadata", ("broker_core.metadata",)),
     ("Kafka client", ("broker_core.client",)),
     ("request path", ("broker_core.server",)),

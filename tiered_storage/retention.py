@@ -20,8 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from broker_core.log.partition_log import PartitionLog
-from broker_core.server.config import BrokerConfig
-from broker_core.server.topic_configs import effective
+from broker_core.settings import TOPIC_SETTINGS, BrokerOverrides, effective
 from tiered_storage.manifest import RemoteSegment
 
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
@@ -38,7 +37,7 @@ class TieredRetention:
     local_retention_bytes: int
 
     @classmethod
-    def resolve(cls, topic_configs: Mapping[str, str], broker: BrokerConfig) -> TieredRetention:
+    def resolve(cls, topic_configs: Mapping[str, str], broker: BrokerOverrides) -> TieredRetention:
         """The topic's limits: its own configs, else the broker's ``log.*`` synonyms, else Kafka's defaults."""
         retention_ms = int(effective(topic_configs, broker, "retention.ms"))
         retention_bytes = int(effective(topic_configs, broker, "retention.bytes"))
@@ -53,7 +52,7 @@ class TieredRetention:
 
 
 def is_tiered(topic_configs: Mapping[str, str]) -> bool:
-    return topic_configs.get(REMOTE_STORAGE_ENABLE, "false") == "true"
+    return topic_configs.get(REMOTE_STORAGE_ENABLE, TOPIC_SETTINGS[REMOTE_STORAGE_ENABLE].default) == "true"
 
 
 def local_deletion_point(

@@ -28,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker_core.metadata.errors import MetadataError
 from broker_core.server.remote_reads import RemoteStorageError
+from broker_core.settings import int_setting as tiering_setting
 from tiered_storage.manifest import ManifestError, ManifestStore
 from tiered_storage.object_store import ObjectStoreError, SegmentObjectStore, UploadTuning
 from tiered_storage.remote_reader import RemoteLogReader
@@ -49,28 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Broker settings the service reads (Kafka's names where Kafka has one), with their defaults.
-TIERING_DEFAULTS: dict[str, str] = {
-    "remote.log.manager.task.interval.ms": "30000",
-    "remote.log.manager.copier.thread.pool.size": "4",
-    "remote.log.upload.segments.in.flight": "2",
-    "remote.log.s3.multipart.threshold.bytes": str(32 * 1024 * 1024),
-    "remote.log.s3.multipart.part.bytes": str(8 * 1024 * 1024),
-    "remote.log.s3.multipart.concurrency": "4",
-    "remote.log.reader.chunk.bytes": str(4 * 1024 * 1024),
-    "remote.log.reader.readahead.chunks": "1",
-}
-
 _FAILURES = (ObjectStoreError, ManifestError, RemoteStorageError, MetadataError, OSError)
-
-
-def tiering_setting(overrides: Any, name: str) -> int:
-    """An integer tiering setting from the broker's overrides, else its default."""
-    raw = overrides.get(name, TIERING_DEFAULTS[name])
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
 
 
 def _now_ms() -> int:

@@ -2,7 +2,9 @@
 
 `LogConfig` is the only place the log reads tunables from. `LogConfig.from_kafka` maps Kafka's
 string-valued configuration (topic-level names such as ``segment.bytes`` and broker-level names such as
-``log.segment.bytes``) onto it, so topic configs stored as Kafka strings can be applied unchanged.
+``log.segment.bytes``) onto it, so topic configs stored as Kafka strings can be applied unchanged. The
+names, units and defaults come from the settings registry (`broker_core.settings`); the range each
+field must lie in is checked here, whichever name set it.
 """
 
 from __future__ import annotations
@@ -11,12 +13,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-GIB = 1024 * 1024 * 1024
-MIB = 1024 * 1024
-DAY_MS = 24 * 60 * 60 * 1000
+from broker_core.settings import INT64_MAX, TOPIC_SETTINGS, Kind, Setting
+
 INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+TIMESTAMP_TYPES = TOPIC_SETTINGS["message.timestamp.type"].choices
+# Fields where Kafka's Long.MAX_VALUE default means "never".
+_NEVER_AT_INT64_MAX = ("flush_messages", "flush_ms")
+_LOG_SETTINGS = tuple(s for s in TOPIC_SETTINGS.values() if s.log_field is not None)
+
+
+def _field_value(setting: Setting, value: Any) -> Any:
+    if setting.log_field in _NEVER_AT_INT64_MAX and value == INT64_MAX:
+        return None
+    return value
+
+
+def _default(name: str) -> Any:
+    setting = TOPIC_SETTINGS[name]
+    return _field_value(setting, int(setting.default) if setting.kind is Kind.INT else setting.default)
 
 
 @dataclass(frozen=True)
@@ -28,17 +42,17 @@ class LogConfig:
     ``retention_bytes`` of -1 mean unlimited.
     """
 
-    segment_bytes: int = GIB
-    segment_ms: int = 7 * DAY_MS
-    index_interval_bytes: int = 4096
-    segment_index_bytes: int = 10 * MIB
-    retention_ms: int = 7 * DAY_MS
-    retention_bytes: int = -1
-    flush_messages: int | None = None
-    flush_ms: int | None = None
-    message_timestamp_type: str = "CreateTime"
-    max_message_bytes: int = 1048588
-    file_delete_delay_ms: int = 60000
+    segment_bytes: int = _default("segment.bytes")
+    segment_ms: int = _default("segment.ms")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    segment_index_bytes: int = _default("segment.index.bytes")
+    retention_ms: int = _default("retention.ms")
+    retention_bytes: int = _default("retention.bytes")
+    flush_messages: int | None = _default("flush.messages")
+    flush_ms: int | None = _default("flush.ms")
+    message_timestamp_type: str = _default("message.timestamp.type")
+    max_message_bytes: int = _default("max.message.bytes")
+    file_delete_delay_ms: int = _default("file.delete.delay.ms")
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -60,40 +74,18 @@ class LogConfig:
         naming the key.
         """
         changes: dict[str, Any] = {}
-        for key, field_name, parse in _KAFKA_KEYS:
+        for key, setting, parse in _KAFKA_KEYS:
             if key not in configs:
                 continue
             raw = configs[key]
+            field_name = setting.log_field
             try:
-                value = parse(str(raw).strip())
+                value = _field_value(setting, parse(str(raw).strip()))
                 _FIELD_CHECKS[field_name](field_name, value)
             except ValueError as error:
                 raise ValueError(f"invalid value {raw!r} for {key}: {error}") from None
             changes[field_name] = value
         return replace(base or cls(), **changes)
-
-
-def _parse_int(text: str) -> int:
-    return int(text)
-
-
-def _parse_hours(text: str) -> int:
-    hours = int(text)
-    return hours if hours < 0 else hours * 60 * 60 * 1000
-
-
-def _parse_minutes(text: str) -> int:
-    minutes = int(text)
-    return minutes if minutes < 0 else minutes * 60 * 1000
-
-
-def _parse_flush(text: str) -> int | None:
-    value = int(text)
-    return None if value == INT64_MAX else value
-
-
-def _parse_timestamp_type(text: str) -> str:
-    return text
 
 
 def _check_positive_int32(name: str, value: object) -> None:
@@ -152,31 +144,11 @@ _FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
     "file_delete_delay_ms": _check_non_negative,
 }
 
-# (Kafka key, LogConfig field, parser) in application order: broker-level coarse to fine, then topic-level.
-_KAFKA_KEYS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
-    ("log.segment.bytes", "segment_bytes", _parse_int),
-    ("log.roll.hours", "segment_ms", _parse_hours),
-    ("log.roll.ms", "segment_ms", _parse_int),
-    ("log.index.interval.bytes", "index_interval_bytes", _parse_int),
-    ("log.index.size.max.bytes", "segment_index_bytes", _parse_int),
-    ("log.retention.hours", "retention_ms", _parse_hours),
-    ("log.retention.minutes", "retention_ms", _parse_minutes),
-    ("log.retention.ms", "retention_ms", _parse_int),
-    ("log.retention.bytes", "retention_bytes", _parse_int),
-    ("log.flush.interval.messages", "flush_messages", _parse_flush),
-    ("log.flush.interval.ms", "flush_ms", _parse_flush),
-    ("log.message.timestamp.type", "message_timestamp_type", _parse_timestamp_type),
-    ("message.max.bytes", "max_message_bytes", _parse_int),
-    ("log.segment.delete.delay.ms", "file_delete_delay_ms", _parse_int),
-    ("segment.bytes", "segment_bytes", _parse_int),
-    ("segment.ms", "segment_ms", _parse_int),
-    ("index.interval.bytes", "index_interval_bytes", _parse_int),
-    ("segment.index.bytes", "segment_index_bytes", _parse_int),
-    ("retention.ms", "retention_ms", _parse_int),
-    ("retention.bytes", "retention_bytes", _parse_int),
-    ("flush.messages", "flush_messages", _parse_flush),
-    ("flush.ms", "flush_ms", _parse_flush),
-    ("message.timestamp.type", "message_timestamp_type", _parse_timestamp_type),
-    ("max.message.bytes", "max_message_bytes", _parse_int),
-    ("file.delete.delay.ms", "file_delete_delay_ms", _parse_int),
+
+# (Kafka key, setting, parser) in application order: every broker-level synonym from the coarsest unit
+# to the finest, then the topic-level names, so a finer unit and then a topic's own config win.
+_KAFKA_KEYS: tuple[tuple[str, Setting, Callable[[str], Any]], ...] = (
+    *((synonym.name, s, synonym.parse if s.kind is Kind.INT else str)
+      for s in _LOG_SETTINGS for synonym in reversed(s.synonyms)),
+    *((s.name, s, int if s.kind is Kind.INT else str) for s in _LOG_SETTINGS),
 )

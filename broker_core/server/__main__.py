@@ -11,9 +11,10 @@ import signal
 from pathlib import Path
 
 from broker_core.aws import AwsSettings
+from broker_core.settings import parse_overrides
 
 from .assembly import build_broker
-from .config import BrokerConfig, parse_overrides
+from .config import BrokerConfig
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -27,10 +27,10 @@ from broker_core.metadata.errors import BrokerFencedError, MetadataError
 from broker_core.metadata.image import MetadataImage
 from broker_core.metadata.state import BrokerState
 from broker_core.metadata.store import MetadataStore
+from broker_core.settings import effective
 
 from .config import BrokerConfig
 from .replica_manager import ReplicaManager
-from .topic_configs import effective
 
 log = logging.getLogger(__name__)
 ISR_CHECK_INTERVAL_S = 0.25

@@ -30,17 +30,16 @@ from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
 )
-
-from .config import BROKER_DEFAULTS, BrokerConfig
-from .remote_reads import RemoteReads, RemoteStorageError
-from .topic_configs import (
+from broker_core.settings import (
+    BROKER_DEFAULTS,
     SOURCE_DEFAULT,
     SOURCE_STATIC_BROKER,
     ConfigEntry,
-    TopicConfigError,
     describe_topic_configs,
-    validate_topic_configs,
 )
+
+from .config import BrokerConfig, TopicConfigError, validate_topic_configs
+from .remote_reads import RemoteReads, RemoteStorageError
 
 if TYPE_CHECKING:
     from .context import BrokerContext

@@ -13,10 +13,10 @@ import shutil
 from pathlib import Path
 
 from broker_core.metadata.image import MetadataImage
+from broker_core.settings import effective
 
 from .config import BrokerConfig
 from .partition import Partition
-from .topic_configs import effective
 
 log = logging.getLogger(__name__)
 

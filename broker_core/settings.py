@@ -1,0 +1,319 @@
+"""Every setting Floe honours, declared once under Kafka's name: its type, default, check and doc.
+
+A broker setting (`Scope.BROKER`) is read from the broker's Kafka-named overrides (`--set key=value`,
+a task definition), else its default. A topic setting (`Scope.TOPIC`) is resolved as Kafka resolves
+it: the topic's own config, else the broker's override of its first broker synonym (`log.retention.ms`
+for `retention.ms`), else the default; coarser synonyms (`log.retention.hours`) are honoured by the
+partition log only. A setting that is not `public` is honoured but not offered to clients:
+DescribeConfigs does not list it and CreateTopics does not accept it. `log_field` names the
+`LogConfig` field a setting feeds, so the log derives its names, defaults and units from here.
+
+This module sits below `log/`, `server/`, `tiered_storage/` and the front ends, and imports none of
+them; it holds no state, so any thread may call it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+INT64_MAX = 2**63 - 1
+_HOUR_MS = 60 * 60 * 1000
+_MINUTE_MS = 60 * 1000
+
+# DescribeConfigs config_source values (Kafka's ConfigSource ids).
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+class Scope(enum.Enum):
+    BROKER = "broker"
+    TOPIC = "topic"
+
+
+class Kind(enum.Enum):
+    INT = "int"
+    BOOLEAN = "boolean"
+    STRING = "string"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or malformed; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    """A broker-level name of a topic setting; its value times ``scale`` is the setting's value."""
+
+    name: str
+    scale: int = 1
+
+    def parse(self, text: str) -> int:
+        """Kafka's reading of a scaled value: negative values (unlimited) keep their meaning unscaled."""
+        value = int(text)
+        return value if value < 0 else value * self.scale
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting: its Kafka name, how its string value parses, its default (as Kafka writes it) and doc.
+
+    ``choices`` and ``minimum`` are the checks a topic config must pass before it is stored (the
+    partition log adds its own range checks for the fields it feeds); booleans are "true" or "false".
+    """
+
+    name: str
+    scope: Scope
+    kind: Kind
+    default: str
+    doc: str
+    synonyms: tuple[Synonym, ...] = ()  # TOPIC: broker-level names, finest unit first
+    choices: tuple[str, ...] = ()  # STRING: the accepted values, in the order messages list them
+    minimum: int | None = None
+    log_field: str | None = None
+    public: bool = True
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        """The values a topic config may take, or () for any integer."""
+        return ("true", "false") if self.kind is Kind.BOOLEAN else self.choices
+
+    @property
+    def broker_synonym(self) -> str | None:
+        """The broker override a topic falls back to (and DescribeConfigs reports as its source)."""
+        return self.synonyms[0].name if self.synonyms else None
+
+
+def _broker(name: str, kind: Kind, default: object, doc: str, *, public: bool = True) -> Setting:
+    return Setting(name, Scope.BROKER, kind, str(default), doc, public=public)
+
+
+def _topic(
+    name: str, kind: Kind, default: object, doc: str, *synonyms: str | Synonym,
+    choices: tuple[str, ...] = (), minimum: int | None = None, log_field: str | None = None, public: bool = True,
+) -> Setting:
+    resolved = tuple(s if isinstance(s, Synonym) else Synonym(s) for s in synonyms)
+    return Setting(name, Scope.TOPIC, kind, str(default), doc, resolved, choices, minimum, log_field, public)
+
+
+_INT, _BOOLEAN, _STRING = Kind.INT, Kind.BOOLEAN, Kind.STRING
+
+SETTINGS: tuple[Setting, ...] = (
+    # Broker settings: Kafka's defaults, except auto.create.topics.enable: Floe creates topics only when
+    # asked, so a typo'd topic name is an error rather than a new topic.
+    _broker("broker.session.timeout.ms", _INT, 9000, "A broker whose heartbeat stalls this long is fenced."),
+    _broker("broker.heartbeat.interval.ms", _INT, 2000, "How often a broker heartbeats its registration."),
+    _broker("metadata.poll.interval.ms", _INT, 500, "How often a broker re-reads the metadata image."),
+    _broker("min.insync.replicas", _INT, 1, "Default of the topic setting of the same name."),
+    _broker("default.replication.factor", _INT, 1, "Replication factor of a topic created without one."),
+    _broker("num.partitions", _INT, 1, "Partition count of a topic created without one."),
+    _broker("auto.create.topics.enable", _BOOLEAN, "false", "Floe creates topics only when asked."),
+    _broker("message.max.bytes", _INT, 1048588, "Largest record batch a partition accepts."),
+    _broker("socket.request.max.bytes", _INT, 100 * 1024 * 1024, "Largest request a connection may send."),
+    _broker("replica.lag.time.max.ms", _INT, 30000, "A follower not caught up for this long leaves the ISR."),
+    _broker("replica.fetch.wait.max.ms", _INT, 500, "How long a follower's fetch waits for new data."),
+    _broker("replica.high.watermark.checkpoint.interval.ms", _INT, 5000, "How often high watermarks are checkpointed."),
+    _broker("replica.fetch.max.bytes", _INT, 1024 * 1024, "Bytes a follower fetches per partition."),
+    _broker("replica.fetch.response.max.bytes", _INT, 10 * 1024 * 1024, "Bytes a follower fetches per request."),
+    _broker("unclean.leader.election.enable", _BOOLEAN, "false", "Default of the topic setting of the same name."),
+    _broker("controlled.shutdown.enable", _BOOLEAN, "true", "Hand leadership over before a broker stops."),
+    _broker("request.timeout.ms", _INT, 30000, "How long a broker waits for another broker's response."),
+    _broker("log.retention.check.interval.ms", _INT, 300000, "How often local retention runs."),
+    _broker("offsets.retention.minutes", _INT, 10080, "How long an empty group's committed offsets are kept."),
+    _broker("group.initial.rebalance.delay.ms", _INT, 0, "How long the first rebalance of a group waits for members."),
+    _broker("group.min.session.timeout.ms", _INT, 1000, "Smallest session timeout a group member may ask for."),
+    _broker("group.max.session.timeout.ms", _INT, 1800000, "Largest session timeout a group member may ask for."),
+    _broker("group.max.size", _INT, 2147483647, "Most members a group may have."),
+    _broker("offsets.retention.check.interval.ms", _INT, 600000, "How often expired offsets are deleted."),
+    _broker("offset.metadata.max.bytes", _INT, 4096, "Largest metadata string of a committed offset."),
+    _broker("remote.log.manager.task.interval.ms", _INT, 30000, "How often tiering visits the partitions a broker leads.",
+            public=False),
+    _broker("remote.log.manager.copier.thread.pool.size", _INT, 4, "Partitions tiered at once.", public=False),
+    _broker("remote.log.upload.segments.in.flight", _INT, 2, "Segments of one partition uploaded at once.",
+            public=False),
+    _broker("remote.log.s3.multipart.threshold.bytes", _INT, 32 * 1024 * 1024,
+            "Segments at least this large are uploaded in parts.", public=False),
+    _broker("remote.log.s3.multipart.part.bytes", _INT, 8 * 1024 * 1024, "Size of one upload part.", public=False),
+    _broker("remote.log.s3.multipart.concurrency", _INT, 4, "Parts of one segment uploaded at once.", public=False),
+    _broker("remote.log.reader.chunk.bytes", _INT, 4 * 1024 * 1024, "Bytes of one ranged GET of a remote segment.",
+            public=False),
+    _broker("remote.log.reader.readahead.chunks", _INT, 1, "Chunks a remote read fetches ahead.", public=False),
+    # Topic settings; those of the partition log in LogConfig's field order, the order it applies them in.
+    _topic("segment.bytes", _INT, 1024**3, "A segment rolls once it holds this many bytes.",
+           "log.segment.bytes", log_field="segment_bytes"),
+    _topic("segment.ms", _INT, 7 * 24 * _HOUR_MS, "A segment rolls once its first record is this old.",
+           "log.roll.ms", Synonym("log.roll.hours", _HOUR_MS), log_field="segment_ms"),
+    _topic("index.interval.bytes", _INT, 4096, "Log bytes between two offset index entries.",
+           "log.index.interval.bytes", log_field="index_interval_bytes"),
+    _topic("segment.index.bytes", _INT, 10 * 1024**2, "Size of a segment's offset and time indexes.",
+           "log.index.size.max.bytes", log_field="segment_index_bytes"),
+    _topic("retention.ms", _INT, 7 * 24 * _HOUR_MS, "Age beyond which segments are deleted; -1 is unlimited.",
+           "log.retention.ms", Synonym("log.retention.minutes", _MINUTE_MS), Synonym("log.retention.hours", _HOUR_MS),
+           log_field="retention_ms"),
+    _topic("retention.bytes", _INT, -1, "Size beyond which the oldest segments are deleted; -1 is unlimited.",
+           "log.retention.bytes", log_field="retention_bytes"),
+    _topic("flush.messages", _INT, INT64_MAX, "Records between forced fsyncs; the default never forces one.",
+           "log.flush.interval.messages", log_field="flush_messages"),
+    _topic("flush.ms", _INT, INT64_MAX, "Milliseconds between forced fsyncs; the default never forces one.",
+           "log.flush.interval.ms", log_field="flush_ms"),
+    _topic("message.timestamp.type", _STRING, "CreateTime", "Whose timestamp a record keeps.",
+           "log.message.timestamp.type", choices=("CreateTime", "LogAppendTime"), log_field="message_timestamp_type"),
+    _topic("max.message.bytes", _INT, 1048588, "Largest record batch the topic accepts.",
+           "message.max.bytes", log_field="max_message_bytes"),
+    _topic("file.delete.delay.ms", _INT, 60000, "How long a deleted segment's files linger.",
+           "log.segment.delete.delay.ms", log_field="file_delete_delay_ms", public=False),
+    _topic("cleanup.policy", _STRING, "delete", "Floe deletes old segments; it does not compact.",
+           "log.cleanup.policy", choices=("delete",)),
+    _topic("compression.type", _STRING, "producer", "Accepted for Kafka tools; batches are stored as the producer compressed them.",
+           "compression.type", choices=("producer", "uncompressed")),
+    _topic("local.retention.bytes", _INT, -2, "Local size limit of a tiered topic; -2 is retention.bytes.",
+           "log.local.retention.bytes"),
+    _topic("local.retention.ms", _INT, -2, "Local age limit of a tiered topic; -2 is retention.ms.",
+           "log.local.retention.ms"),
+    _topic("min.insync.replicas", _INT, 1, "In-sync replicas an acks=all produce needs.",
+           "min.insync.replicas", minimum=1),
+    _topic("remote.storage.enable", _BOOLEAN, "false", "Tier sealed segments to S3."),
+    _topic("unclean.leader.election.enable", _BOOLEAN, "false", "Elect a leader outside the ISR when none is left.",
+           "unclean.leader.election.enable"),
+)
+
+BROKER_SETTINGS: dict[str, Setting] = {s.name: s for s in SETTINGS if s.scope is Scope.BROKER}
+TOPIC_SETTINGS: dict[str, Setting] = {s.name: s for s in SETTINGS if s.scope is Scope.TOPIC}
+
+# What DescribeConfigs lists for a broker: the public broker settings and their defaults.
+BROKER_DEFAULTS: dict[str, str] = {s.name: s.default for s in BROKER_SETTINGS.values() if s.public}
+
+
+class BrokerOverrides(Protocol):
+    """Whatever carries the broker's Kafka-named overrides (the broker's config)."""
+
+    @property
+    def overrides(self) -> Mapping[str, str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str
+    source: int
+
+
+def parse_overrides(pairs: Iterable[str] | None, option: str | None = None) -> dict[str, str]:
+    """`["key=value", ...]` (as given to --set, or to ``option``) to a dict; ConfigError on a pair without '='."""
+    result: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{option} {pair!r} is not KEY=VALUE" if option else f"expected key=value, got {pair!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def broker_setting(overrides: Mapping[str, str], name: str) -> str:
+    """A broker setting's value: its override, else its default; ConfigError if Floe has no such setting."""
+    if name in overrides:
+        return overrides[name]
+    if name in BROKER_SETTINGS:
+        return BROKER_SETTINGS[name].default
+    raise ConfigError(f"unknown broker config {name!r}")
+
+
+def int_setting(overrides: Mapping[str, str], name: str) -> int:
+    """An integer broker setting; ConfigError (a ValueError) naming it if it does not parse."""
+    value = broker_setting(overrides, name)
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+
+
+def bool_setting(overrides: Mapping[str, str], name: str) -> bool:
+    value = broker_setting(overrides, name).lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    return value == "true"
+
+
+def check_broker_overrides(overrides: Mapping[str, str]) -> None:
+    """Parse every integer broker setting given; names Floe does not know are left to the log and Kafka tools."""
+    for name in overrides:
+        setting = BROKER_SETTINGS.get(name)
+        if setting is not None and setting.kind is Kind.INT:
+            int_setting(overrides, name)
+
+
+def _resolve(setting: Setting, configs: Mapping[str, str], broker: BrokerOverrides) -> ConfigEntry:
+    if setting.name in configs:
+        return ConfigEntry(setting.name, configs[setting.name], SOURCE_TOPIC)
+    synonym = setting.broker_synonym
+    if synonym is not None and synonym in broker.overrides:
+        return ConfigEntry(setting.name, broker.overrides[synonym], SOURCE_STATIC_BROKER)
+    return ConfigEntry(setting.name, setting.default, SOURCE_DEFAULT)
+
+
+def effective(configs: Mapping[str, str], broker: BrokerOverrides, name: str) -> str:
+    """A topic setting's value: the topic's config, else the broker's synonym, else the default."""
+    return _resolve(TOPIC_SETTINGS[name], configs, broker).value
+
+
+def describe_topic_configs(
+    configs: Mapping[str, str], broker: BrokerOverrides, keys: set[str] | None
+) -> list[ConfigEntry]:
+    """The public topic settings (or those named in ``keys``), by name, with the source each value came from."""
+    return [
+        _resolve(TOPIC_SETTINGS[name], configs, broker)
+        for name in sorted(name for name, s in TOPIC_SETTINGS.items() if s.public)
+        if keys is None or name in keys
+    ]
+
+
+def markdown_reference() -> str:
+    """docs/configuration.md, generated from the declarations above (`python -m broker_core.settings`)."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated from `broker_core/settings.py` by `python -m broker_core.settings > docs/configuration.md`;",
+        "a test fails when this page and the registry differ.",
+        "",
+        "## Broker settings",
+        "",
+        "Given to a broker as `--set name=value` (`floe local up --set ...` passes them to every broker).",
+        "",
+        "| Name | Type | Default | Description |",
+        "| --- | --- | --- | --- |",
+    ]
+    for s in BROKER_SETTINGS.values():
+        hidden = "" if s.public else " Not listed by DescribeConfigs."
+        lines.append(f"| `{s.name}` | {_type_text(s)} | `{s.default}` | {s.doc}{hidden} |")
+    lines += [
+        "",
+        "## Topic settings",
+        "",
+        "Given as a topic's configs at creation (`floe topics create --config name=value`). A topic without",
+        "its own value takes the broker's first synonym if the broker sets it, else the default; the partition",
+        "log also honours the coarser synonyms.",
+        "",
+        "| Name | Type | Default | Broker synonyms | Description |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for s in sorted(TOPIC_SETTINGS.values(), key=lambda s: s.name):
+        synonyms = ", ".join(f"`{synonym.name}`" for synonym in s.synonyms)
+        hidden = "" if s.public else " Not accepted in a topic's configs."
+        lines.append(f"| `{s.name}` | {_type_text(s)} | `{s.default}` | {synonyms} | {s.doc}{hidden} |")
+    return "\n".join(lines) + "\n"
+
+
+def _type_text(setting: Setting) -> str:
+    text = setting.kind.value
+    if setting.choices:
+        text += ": " + ", ".join(setting.choices)
+    if setting.minimum is not None:
+        text += f" ≥ {setting.minimum}"
+    return text
+
+
+if __name__ == "__main__":
+    print(markdown_reference(), end="")
