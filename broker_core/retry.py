@@ -67,9 +67,12 @@ class RetryPolicy:
             if on_retry is not None and state.outcome is not None and state.next_action is not None:
                 on_retry(state.outcome.exception(), state.attempt_number, state.next_action.sleep)
 
+        async def run() -> _T:  # tenacity awaits only what a coroutine function returns
+            return await attempt()
+
         retrying = AsyncRetrying(retry=retry_if_exception(retriable), stop=stop_after_attempt(self.attempts),
                                  wait=self._wait(), reraise=True, before_sleep=before_sleep)
-        return await retrying(attempt)
+        return await retrying(run)
 
 
 LOST_RACES = RetryPolicy()

@@ -13,17 +13,14 @@ synchronous: the coordinator calls it from worker threads, never from the event 
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ParamSpec, TypeVar
 
-from botocore.exceptions import BotoCoreError
 from pynamodb.exceptions import PynamoDBException
 
 from broker_core.aws import AwsSettings
-from broker_core.dynamodb_tables import ensure_tables
+from broker_core.dynamodb_tables import condition_failed, ensure_tables, failures_as
 
 from .errors import CoordinatorFencedError, GroupError, GroupStoreUnavailableError
 from .models import (
@@ -37,29 +34,7 @@ from .models import (
 )
 
 NO_HOLDER = -1
-_CONDITION_FAILED = "ConditionalCheckFailedException"
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _is_condition_failure(err: PynamoDBException) -> bool:
-    return err.cause_response_code == _CONDITION_FAILED
-
-
-def _unavailable_on_error(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """pynamodb/botocore failures that no condition explains become GroupStoreUnavailableError."""
-
-    @functools.wraps(method)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(*args, **kwargs)
-        except GroupError:
-            raise
-        except (PynamoDBException, BotoCoreError) as err:
-            raise GroupStoreUnavailableError(f"{method.__name__}: {err}") from err
-
-    return wrapper
+_unavailable_on_error = failures_as(GroupStoreUnavailableError, GroupError)
 
 
 def wall_clock_ms() -> int:
@@ -236,7 +211,7 @@ class GroupStore:
         try:
             item.save(condition=model.group_id.does_not_exist())
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 return None
             raise
         return _lease_from_item(item)
@@ -259,7 +234,7 @@ class GroupStore:
         try:
             model(seen.group_id).update(actions, condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 return None
             raise
         return GroupLease(seen.group_id, broker_id, seen.coordinator_epoch + 1, seen.heartbeat + 1, lease_duration_ms)
@@ -272,7 +247,7 @@ class GroupStore:
         try:
             model(group_id).update([model.heartbeat.add(1)], condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(group_id, coordinator_epoch, "lease heartbeat") from err
             raise
 
@@ -284,7 +259,7 @@ class GroupStore:
         try:
             model(group_id).update([model.holder.set(NO_HOLDER), model.heartbeat.add(1)], condition)
         except PynamoDBException as err:
-            if not _is_condition_failure(err):
+            if not condition_failed(err):
                 raise
 
     @_unavailable_on_error
@@ -309,7 +284,7 @@ class GroupStore:
         try:
             model(group_id).update(actions, condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(
                     group_id, coordinator_epoch, f"write generation {record.generation}") from err
             raise
@@ -322,7 +297,7 @@ class GroupStore:
         try:
             model(group_id).delete(condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(group_id, coordinator_epoch, "delete group") from err
             raise
 
@@ -354,7 +329,7 @@ class GroupStore:
         try:
             item.save(condition=condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(group_id, coordinator_epoch, f"commit {topic}-{partition}") from err
             raise
 
@@ -366,6 +341,6 @@ class GroupStore:
         try:
             model(group_id, offset_partition_key(topic, partition)).delete(condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(group_id, coordinator_epoch, f"delete {topic}-{partition}") from err
             raise
