@@ -1,7 +1,7 @@
 """The front ends' own DynamoDB tables, created where no template does it (the local stack).
 
 ``<prefix>http_idempotency`` is Powertools' idempotency table: hash key ``id`` (string), TTL on
-``expiration``. The HTTP consumer groups' two tables are described in functions.group_store.
+``expiration``. The HTTP consumer groups' two tables are described in broker_core.groups.models.
 template.yaml declares the same tables for AWS, with point-in-time recovery and encryption.
 """
 
@@ -13,7 +13,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from broker_core.aws import AwsSettings
-from functions.group_store import GroupStore
+from broker_core.groups.store import HttpGroupStore
 from functions.runtime import IDEMPOTENCY_TABLE
 
 _ACTIVE_TIMEOUT_S = 60.0
@@ -48,4 +48,4 @@ def ensure_idempotency_table(settings: AwsSettings) -> str:
 def ensure_tables(settings: AwsSettings) -> None:
     """Every table the front ends use beyond the brokers' own."""
     ensure_idempotency_table(settings)
-    GroupStore(settings).ensure_tables()
+    HttpGroupStore(settings).ensure_tables()
