@@ -8,9 +8,9 @@ race it may safely run again (a DynamoDB transaction cancelled by a conflicting 
 read-merge-write whose conditional write found the item changed), and S3 requests, whose
 retriable errors ``tiered_storage.object_store`` names. A failed condition that decides the
 outcome (a fenced epoch, a taken lease) is never retried: it is the answer. ``retry_lost_races``
-is for synchronous callers (pynamodb runs in worker threads), ``RetryPolicy.call_async`` for
-coroutines. The sleeps block the calling thread, so neither may be used on the event loop's thread
-with synchronous calls.
+and ``RetryPolicy.call`` sleep in the calling thread, so, like the pynamodb calls they wrap, they
+run in worker threads, never on the event loop; ``RetryPolicy.call_async`` is for coroutines and
+sleeps with asyncio.
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ _T = TypeVar("_T")
 
 
 class LostRace(Exception):
-    """Raised by an attempt whose conditional write lost to a concurrent writer; the attempt is run again."""
+    """Raised by an attempt that lost to a concurrent writer (a version condition, a transaction conflict).
+
+    ``retry_lost_races`` runs such an attempt again.
+    """
 
 
 @dataclass(frozen=True)

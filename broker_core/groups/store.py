@@ -202,9 +202,6 @@ class GroupStore:
         """
         ensure_tables(self.models.all_models(), GroupStoreUnavailableError)
 
-    def table_names(self) -> list[str]:
-        return [model.Meta.table_name for model in self.models.all_models()]
-
     # groups and leases --------------------------------------------------------------------------
 
     @_unavailable_on_error

@@ -51,9 +51,6 @@ class MetadataTables:
         """
         ensure_tables(self.models.one_model_per_table(), MetadataUnavailableError)
 
-    def table_names(self) -> list[str]:
-        return [model.Meta.table_name for model in self.models.one_model_per_table()]
-
     # -- transactions ------------------------------------------------------------------------
 
     def transact(self, what: str, build: Callable[[TransactWrite], None]) -> list[str | None] | None:
