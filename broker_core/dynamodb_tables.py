@@ -101,10 +101,17 @@ def ensure_tables(models: Iterable[type[Model]], unavailable: type[Exception]) -
                     raise
     deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
     for model in models:
-        while model.describe_table().get("TableStatus") != "ACTIVE":
-            if time.monotonic() > deadline:
-                raise unavailable(f"table {model.Meta.table_name} did not become ACTIVE")
-            time.sleep(0.1)
+        wait_until_active(model.Meta.table_name, lambda model=model: model.describe_table().get("TableStatus"),
+                          deadline, unavailable)
+
+
+def wait_until_active(table: str, status: Callable[[], str | None], deadline: float,
+                      unavailable: type[Exception]) -> None:
+    """Poll ``status()`` until it says ACTIVE; ``unavailable(message)`` once ``time.monotonic()`` passes ``deadline``."""
+    while status() != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise unavailable(f"table {table} did not become ACTIVE")
+        time.sleep(0.1)
 
 
 def condition_failed(err: PynamoDBException) -> bool:
