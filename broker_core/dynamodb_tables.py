@@ -6,23 +6,43 @@ Meta is class-level, so each binding is a subclass), creates the tables at start
 on-demand billed, and waits until they are ACTIVE. Brokers start together, so a table another
 process is creating at the same moment (ResourceInUseException) is waited for rather than treated
 as an error.
+
+Every binding gets the same botocore client settings: timeouts, and botocore's standard retry mode
+(pynamodb turns ``max_retry_attempts`` into ``{"mode": "standard", "total_max_attempts": 1 +
+MAX_RETRY_ATTEMPTS}``), which retries throttling and transient errors of single requests. This
+module also holds what every store does with pynamodb's answers: `condition_failed` tells a lost
+condition from other failures, `transact` runs a transaction and retries it while it conflicts
+with others (``broker_core.retry``), and `failures_as` turns the failures no condition explains
+into a store's "unavailable" error.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import ParamSpec, TypeVar
 
+from botocore.exceptions import BotoCoreError
 from pynamodb.connection import Connection
-from pynamodb.exceptions import TableError
+from pynamodb.exceptions import PynamoDBException, TableError, TransactWriteError
 from pynamodb.models import Model
+from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
+from broker_core.retry import LostRace, retry_lost_races
 
 TABLE_ACTIVE_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 10
 MAX_RETRY_ATTEMPTS = 3
+
+CONDITION_FAILED = "ConditionalCheckFailed"  # cancellation reason of a transaction item whose condition failed
+_CONDITION_FAILED_EXCEPTION = "ConditionalCheckFailedException"
+_RETRIABLE_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def bind_model(base: type[Model], settings: AwsSettings, table: str, *,
@@ -81,7 +101,74 @@ def ensure_tables(models: Iterable[type[Model]], unavailable: type[Exception]) -
                     raise
     deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
     for model in models:
-        while model.describe_table().get("TableStatus") != "ACTIVE":
-            if time.monotonic() > deadline:
-                raise unavailable(f"table {model.Meta.table_name} did not become ACTIVE")
-            time.sleep(0.1)
+        wait_until_active(model.Meta.table_name, lambda model=model: model.describe_table().get("TableStatus"),
+                          deadline, unavailable)
+
+
+def wait_until_active(table: str, status: Callable[[], str | None], deadline: float,
+                      unavailable: type[Exception]) -> None:
+    """Poll ``status()`` until it says ACTIVE; ``unavailable(message)`` once ``time.monotonic()`` passes ``deadline``."""
+    while status() != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise unavailable(f"table {table} did not become ACTIVE")
+        time.sleep(0.1)
+
+
+def condition_failed(err: PynamoDBException) -> bool:
+    """Whether DynamoDB refused a write (put, update, delete or transaction) because a condition did not hold."""
+    if isinstance(err, TransactWriteError):
+        return CONDITION_FAILED in cancellation_codes(err)
+    return err.cause_response_code == _CONDITION_FAILED_EXCEPTION
+
+
+def cancellation_codes(err: TransactWriteError) -> list[str | None]:
+    """The cancellation code of each item of a cancelled transaction, in the order they were added."""
+    return [reason.code if reason is not None else None for reason in err.cancellation_reasons or ()]
+
+
+def transact(connection: Connection, build: Callable[[TransactWrite], None],
+             exhausted: Callable[[int], Exception]) -> list[str | None] | None:
+    """Run the transaction ``build`` fills on ``connection``; None when it committed.
+
+    When a condition failed, returns the cancellation code of each item in the order ``build``
+    added them (CONDITION_FAILED for the failed ones, None for the others); nothing was written.
+    Conflicts with other transactions and throttling are retried (``broker_core.retry``); when
+    they outlast every attempt, raises ``exhausted(attempts)``. botocore gives each
+    TransactWriteItems call an idempotency token that its own network retries reuse, so a commit
+    whose reply was lost is not mistaken for a failed condition on the retry.
+    """
+
+    def attempt() -> list[str | None] | None:
+        try:
+            with TransactWrite(connection=connection) as transaction:
+                build(transaction)
+            return None
+        except TransactWriteError as err:
+            if err.cause_response_code != "TransactionCanceledException":
+                raise
+            codes = cancellation_codes(err)
+            if CONDITION_FAILED in codes:
+                return codes
+            if not _RETRIABLE_CANCELLATIONS.intersection(c for c in codes if c is not None):
+                raise
+            raise LostRace(str(err)) from err
+
+    return retry_lost_races(attempt, exhausted)
+
+
+def failures_as(unavailable: type[Exception], passes: type[Exception]) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """A decorator: pynamodb/botocore failures become ``unavailable("<method>: <error>")``; ``passes`` errors pass."""
+
+    def decorate(method: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(method)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return method(*args, **kwargs)
+            except passes:
+                raise
+            except (PynamoDBException, BotoCoreError) as err:
+                raise unavailable(f"{method.__name__}: {err}") from err
+
+        return wrapper
+
+    return decorate

@@ -1,9 +1,10 @@
 """Consumer groups over HTTP: join, heartbeat and leave with server-side assignment, and offsets.
 
 The membership rules are in `functions.group_state` (KIP-848 style: member epochs, the server
-computes the assignment, two-step handover); the storage in `functions.group_store`. Every request
-reads the group, applies one change and writes it back conditionally, so any front-end container
-can serve any request. Partition counts of subscribed topics come from the cluster metadata in
+computes the assignment, two-step handover); the read-change-write cycle in `functions.group_store`,
+over the one group store (``broker_core.groups.store.HttpGroupStore``). Every request reads the
+group, applies one change and writes it back conditionally, so any front-end container can serve
+any request. Partition counts of subscribed topics come from the cluster metadata in
 DynamoDB (a topic that does not exist counts zero partitions until it is created).
 
     POST   /v1/groups/{group}/members                       join      -> member id, epoch, assignment
@@ -27,8 +28,10 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
+from broker_core.groups.errors import GroupStoreUnavailableError
+from broker_core.groups.store import HttpCommittedOffset, HttpGroupStore
 from broker_core.metadata.errors import MetadataUnavailableError, UnknownTopicError
-from functions import group_state, runtime
+from functions import group_state, group_store, runtime
 from functions.errors import ApiError, responses
 from functions.group_state import (
     FencedMemberEpochError,
@@ -38,7 +41,6 @@ from functions.group_state import (
     TopicPartition,
     UnknownMemberError,
 )
-from functions.group_store import CommittedOffset, GroupBusyError, GroupStore, GroupStoreError
 from functions.models import (
     GROUP_ID_PATTERN,
     MEMBER_ID_PATTERN,
@@ -63,8 +65,8 @@ _T = TypeVar("_T")
 
 
 @functools.cache
-def _store() -> GroupStore:
-    return GroupStore(runtime.settings().aws)
+def _store() -> HttpGroupStore:
+    return HttpGroupStore(runtime.settings().aws)
 
 
 def _now_ms() -> int:
@@ -102,16 +104,14 @@ def _assignment(group: Group, member: Member) -> MemberAssignment:
 
 def _update(group_id: str, change: Callable[[Group], _T], *, create: bool = True) -> _T:
     try:
-        return _store().update(group_id, change, create=create)
+        return group_store.update(_store(), group_id, change, create=create)
     except LookupError as error:
         raise ApiError(HTTPStatus.NOT_FOUND, f"group {group_id!r} does not exist") from error
     except UnknownMemberError as error:
         raise ApiError(HTTPStatus.NOT_FOUND, str(error)) from error
     except FencedMemberEpochError as error:
         raise ApiError(HTTPStatus.CONFLICT, str(error), member_epoch=error.member_epoch) from error
-    except GroupBusyError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
-    except GroupStoreError as error:
+    except GroupStoreUnavailableError as error:
         raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
 
 
@@ -170,12 +170,11 @@ def leave_group(group_id: GroupId, member_id: MemberId) -> Response[None]:
 )
 def describe_group(group_id: GroupId) -> GroupDescription:
     try:
-        stored = _store().load(group_id)
-    except GroupStoreError as error:
+        group = group_store.load(_store(), group_id)
+    except GroupStoreUnavailableError as error:
         raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
-    if stored is None:
+    if group is None:
         raise ApiError(HTTPStatus.NOT_FOUND, f"group {group_id!r} does not exist")
-    group = stored.group
     group_state.expire(group, _now_ms())
     return GroupDescription(
         group_id=group_id, group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
@@ -196,17 +195,16 @@ def describe_group(group_id: GroupId) -> GroupDescription:
 def commit_offsets(group_id: GroupId, body: Annotated[CommitRequest, Body()]) -> CommittedOffsets:
     store = _store()
     try:
-        stored = store.load(group_id)
-        group = stored.group if stored is not None else Group(group_id)
+        group = group_store.load(store, group_id) or Group(group_id)
         group_state.expire(group, _now_ms())
         group_state.check_commit(group, body.member_id, body.member_epoch)
-        offsets = [CommittedOffset(o.topic, o.partition_id, o.offset, o.metadata) for o in body.offsets]
-        store.commit(group_id, body.member_id, body.member_epoch, offsets, _now_ms())
+        offsets = [HttpCommittedOffset(o.topic, o.partition_id, o.offset, o.metadata) for o in body.offsets]
+        group_store.commit(store, group_id, body.member_id, body.member_epoch, offsets, _now_ms())
     except UnknownMemberError as error:
         raise ApiError(HTTPStatus.NOT_FOUND, str(error)) from error
     except GroupStateError as error:  # a stale epoch, members present, or fenced while writing
         raise ApiError(HTTPStatus.CONFLICT, str(error)) from error
-    except GroupStoreError as error:
+    except GroupStoreUnavailableError as error:
         raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
     return CommittedOffsets(group_id=group_id, offsets=[
         CommittedOffsetModel(topic=o.topic, partition_id=o.partition, offset=o.offset, metadata=o.metadata)
@@ -225,7 +223,7 @@ def committed_offsets(
 ) -> CommittedOffsets:
     try:
         found = _store().committed(group_id, topic)
-    except GroupStoreError as error:
+    except GroupStoreUnavailableError as error:
         raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
     return CommittedOffsets(group_id=group_id, offsets=[
         CommittedOffsetModel(topic=o.topic, partition_id=o.partition, offset=o.offset, metadata=o.metadata)

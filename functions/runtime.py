@@ -31,8 +31,6 @@ from tiered_storage.manifest import ManifestStore
 
 ENV_BOOTSTRAP_SERVERS = "FLOE_BOOTSTRAP_SERVERS"
 IDEMPOTENCY_TABLE = "http_idempotency"
-HTTP_GROUPS_TABLE = "http_groups"
-HTTP_GROUP_OFFSETS_TABLE = "http_group_offsets"
 METADATA_TTL_S = 30.0
 _S3_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=8)
 

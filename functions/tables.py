@@ -1,7 +1,7 @@
 """The front ends' own DynamoDB tables, created where no template does it (the local stack).
 
 ``<prefix>http_idempotency`` is Powertools' idempotency table: hash key ``id`` (string), TTL on
-``expiration``. The HTTP consumer groups' two tables are described in functions.group_store.
+``expiration``. The HTTP consumer groups' two tables are described in broker_core.groups.models.
 template.yaml declares the same tables for AWS, with point-in-time recovery and encryption.
 """
 
@@ -13,10 +13,9 @@ import boto3
 from botocore.exceptions import ClientError
 
 from broker_core.aws import AwsSettings
-from functions.group_store import GroupStore
+from broker_core.dynamodb_tables import TABLE_ACTIVE_TIMEOUT_S, wait_until_active
+from broker_core.groups.store import HttpGroupStore
 from functions.runtime import IDEMPOTENCY_TABLE
-
-_ACTIVE_TIMEOUT_S = 60.0
 
 
 def ensure_idempotency_table(settings: AwsSettings) -> str:
@@ -33,11 +32,8 @@ def ensure_idempotency_table(settings: AwsSettings) -> str:
     except ClientError as error:
         if error.response["Error"]["Code"] != "ResourceInUseException":
             raise
-    deadline = time.monotonic() + _ACTIVE_TIMEOUT_S
-    while dynamodb.describe_table(TableName=name)["Table"]["TableStatus"] != "ACTIVE":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"table {name} did not become ACTIVE within {_ACTIVE_TIMEOUT_S:.0f}s")
-        time.sleep(0.1)
+    wait_until_active(name, lambda: dynamodb.describe_table(TableName=name)["Table"]["TableStatus"],
+                      time.monotonic() + TABLE_ACTIVE_TIMEOUT_S, TimeoutError)
     ttl = dynamodb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
     if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
         dynamodb.update_time_to_live(TableName=name,
@@ -48,4 +44,4 @@ def ensure_idempotency_table(settings: AwsSettings) -> str:
 def ensure_tables(settings: AwsSettings) -> None:
     """Every table the front ends use beyond the brokers' own."""
     ensure_idempotency_table(settings)
-    GroupStore(settings).ensure_tables()
+    HttpGroupStore(settings).ensure_tables()

@@ -47,15 +47,11 @@ conflicts and throttling are retried with jittered backoff.
 from __future__ import annotations
 
 import enum
-import functools
-import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import ParamSpec, TypeVar
 
-from botocore.exceptions import BotoCoreError
 from pynamodb.attributes import (
     ListAttribute,
     NumberAttribute,
@@ -65,15 +61,21 @@ from pynamodb.attributes import (
 from pynamodb.connection import Connection
 from pynamodb.exceptions import (
     PutError,
-    PynamoDBException,
-    TransactWriteError,
     UpdateError,
 )
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
-from broker_core.dynamodb_tables import bind_model, ensure_tables, share_connection
+from broker_core.dynamodb_tables import (
+    CONDITION_FAILED,
+    bind_model,
+    condition_failed,
+    ensure_tables,
+    failures_as,
+    share_connection,
+    transact,
+)
 from tiered_storage.layout import segment_object_keys
 
 SEGMENTS_TABLE = "segments"
@@ -81,16 +83,6 @@ HEAD_RANGE_KEY = "head"
 SEGMENT_RANGE_KEY_PREFIX = "segment#"
 DELETE_FINISHED_RETENTION_S = 7 * 24 * 3600
 
-_TRANSACTION_ATTEMPTS = 20
-_BACKOFF_BASE_S = 0.01
-_BACKOFF_CAP_S = 0.5
-_CONDITION_FAILED = "ConditionalCheckFailed"
-_RETRIABLE_CANCELLATIONS = frozenset(
-    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
-)
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 class SegmentState(enum.StrEnum):
@@ -238,21 +230,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _backoff(attempt: int) -> None:
-    time.sleep(min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * random.uniform(0.5, 1.0))
-
-
-def _errors_as_unavailable(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    @functools.wraps(method)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(*args, **kwargs)
-        except ManifestError:
-            raise
-        except (PynamoDBException, BotoCoreError) as err:
-            raise ManifestUnavailableError(f"{method.__name__}: {err}") from err
-
-    return wrapper
+_errors_as_unavailable = failures_as(ManifestUnavailableError, ManifestError)
 
 
 def _flatten_epochs(entries: Iterable[tuple[int, int]]) -> list[int]:
@@ -280,12 +258,18 @@ def _segment_from_item(item: SegmentItem) -> RemoteSegment:
     )
 
 
-def _condition_failed(err: PynamoDBException) -> bool:
-    return getattr(err, "cause_response_code", None) == "ConditionalCheckFailedException"
-
-
 class ManifestStore:
-    """The segment manifest of a cluster, in the DynamoDB table ``settings.table_prefix + "segments"``."""
+    """The segment manifest of a cluster, in the DynamoDB table ``settings.table_prefix + "segments"``.
+
+    Role: the only writer and reader of segment rows and partition heads; the one source readers
+    (remote reads, the front ends, Spark) use to find tiered data, instead of listing S3.
+    Invariants (module docstring): every S3 object has a row naming it; objects are deleted only
+    while their row is DELETE_STARTED; the COPY_FINISHED rows of a partition never overlap, and a
+    commit from a leader epoch older than the head's is refused. Callers: the partition leader's
+    uploader and remote retention write (``start_copy``, ``finish_copy``, ``abort_copy``,
+    ``start_delete``, ``finish_delete``), anyone may read. Every method blocks on DynamoDB: call it
+    from a worker thread (``asyncio.to_thread``), never on the event loop; the store keeps no state.
+    """
 
     def __init__(self, settings: AwsSettings) -> None:
         self.settings = settings
@@ -381,7 +365,7 @@ class ManifestStore:
         try:
             item.save(condition=self.models.segment.segment_key.does_not_exist())
         except PutError as err:
-            if _condition_failed(err):
+            if condition_failed(err):
                 raise SegmentStateError(segment, SegmentState.COPY_STARTED) from err
             raise
         return segment
@@ -423,7 +407,7 @@ class ManifestStore:
 
         codes = self._transact(build)
         if codes is not None:
-            if codes[0] == _CONDITION_FAILED:
+            if codes[0] == CONDITION_FAILED:
                 raise SegmentStateError(segment, SegmentState.COPY_STARTED)
             current = self.partition_head(segment.topic_id, segment.partition)
             raise SegmentCommitRejectedError(
@@ -471,7 +455,7 @@ class ManifestStore:
         try:
             item.update(actions=actions, condition=model.state == source.value)
         except UpdateError as err:
-            if _condition_failed(err):
+            if condition_failed(err):
                 raise SegmentStateError(segment, source) from err
             raise
         return _replace_state(segment, target, now)
@@ -512,22 +496,10 @@ class ManifestStore:
         return PartitionHead(end_offset=int(item.end_offset), leader_epoch=int(item.leader_epoch))
 
     def _transact(self, build: Callable[[TransactWrite], None]) -> list[str | None] | None:
-        for attempt in range(_TRANSACTION_ATTEMPTS):
-            try:
-                with TransactWrite(connection=self.models.connection) as transaction:
-                    build(transaction)
-                return None
-            except TransactWriteError as err:
-                if err.cause_response_code != "TransactionCanceledException":
-                    raise
-                codes = [reason.code if reason is not None else None for reason in err.cancellation_reasons]
-                if _CONDITION_FAILED in codes:
-                    return codes
-                if not _RETRIABLE_CANCELLATIONS.intersection(c for c in codes if c is not None):
-                    raise
-                _backoff(attempt)
-        raise ManifestUnavailableError(
-            f"transaction still conflicting after {_TRANSACTION_ATTEMPTS} attempts"
+        return transact(
+            self.models.connection,
+            build,
+            lambda attempts: ManifestUnavailableError(f"transaction still conflicting after {attempts} attempts"),
         )
 
 

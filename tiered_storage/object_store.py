@@ -3,9 +3,12 @@
 Every call the uploader, the remote reader and remote retention make to S3 goes through
 `SegmentObjectStore`, which never blocks the event loop: requests are aioboto3 coroutines and file
 reads for uploads run in worker threads. Errors S3 says are transient (throttling such as SlowDown,
-5xx, request timeouts) and connection failures are retried with capped exponential backoff and full
-jitter, as AWS recommends; botocore's own retries are turned off so that one policy, visible here,
-applies. Any other error (NoSuchBucket, AccessDenied, ...) surfaces at once as ObjectStoreError.
+5xx, request timeouts) and connection failures are retried by Floe's one retry helper
+(``broker_core.retry``: capped exponential backoff and full jitter, as AWS recommends) with S3's own
+budget, ``S3_RETRIES``. botocore's own retries are turned off here, unlike for DynamoDB: the retry
+must wrap a whole call (a GetObject includes reading its body, which botocore's retries do not
+cover), it must also hold for any client with aioboto3's coroutines (tests inject failing ones), and
+each part of a multipart upload is retried on its own with this module's list of retriable errors. Any other error (NoSuchBucket, AccessDenied, ...) surfaces at once as ObjectStoreError.
 Large uploads use multipart upload with parts sent concurrently, each part retried on its own; a
 multipart upload that fails is aborted so that no parts linger.
 """
@@ -15,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from botocore.exceptions import (
 )
 
 from broker_core.aws import AwsSettings
+from broker_core.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +69,8 @@ class ObjectStoreError(Exception):
         self.cause = cause
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Capped exponential backoff with full jitter: sleep uniform(0, min(cap, base * 2**attempt))."""
-
-    attempts: int = 8
-    base_s: float = 0.05
-    cap_s: float = 5.0
-
-    def delay_s(self, attempt: int) -> float:
-        return random.uniform(0.0, min(self.cap_s, self.base_s * 2**attempt))
+S3_RETRIES = RetryPolicy(attempts=8, base_s=0.05, cap_s=5.0)
+"""S3's budget: more patience than DynamoDB's lost races, since SlowDown asks for seconds of backoff."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +121,7 @@ class SegmentObjectStore:
     ) -> None:
         self.settings = settings
         self.bucket = settings.bucket
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or S3_RETRIES
         self.tuning = tuning or UploadTuning()
         self._client = client
         self._max_pool_connections = max_pool_connections
@@ -160,20 +155,13 @@ class SegmentObjectStore:
         return self._client
 
     async def _with_retries(self, operation: str, key: str, call: Callable[[], Awaitable[_T]]) -> _T:
-        for attempt in range(self.retry.attempts):
-            try:
-                return await call()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                if not is_retriable(err) or attempt + 1 == self.retry.attempts:
-                    raise ObjectStoreError(operation, key, err) from err
-                delay = self.retry.delay_s(attempt)
-                log.warning(
-                    "S3 %s of %s failed (%s); retry %d in %.3fs", operation, key, err, attempt + 1, delay
-                )
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable: the last attempt raises")
+        def log_retry(err: BaseException, retry: int, delay: float) -> None:
+            log.warning("S3 %s of %s failed (%s); retry %d in %.3fs", operation, key, err, retry, delay)
+
+        try:
+            return await self.retry.call_async(call, is_retriable, on_retry=log_retry)
+        except Exception as err:  # not CancelledError, a BaseException, which passes as it is
+            raise ObjectStoreError(operation, key, err) from err
 
     # -- writes ------------------------------------------------------------------------------
 

@@ -21,8 +21,25 @@ lease and its metadata, so that one conditional write can check the lease and ch
 ``coordinator_epoch`` of the coordinator that wrote it; a write is conditional on that epoch not
 being newer than the writer's.
 
-As in ``broker_core.metadata.models``, ``bind_group_models(settings)`` builds subclasses bound to
-one prefix, region and endpoint that share one pynamodb Connection (one botocore client).
+The HTTP consumer groups of the front ends (KIP-848 style, ``functions.group_state``) have two
+tables of their own, apart from the brokers' groups:
+
+``<prefix>http_groups`` (hash key ``group_id``, string): one item per group. ``state`` holds the
+whole group as JSON (epochs, members, target assignment, partition counts); ``version`` is bumped
+by every write and every write is conditional on the version read, so two front ends changing a
+group at once never both win (the loser re-reads and tries again). ``member_epochs`` (map of
+member id to member epoch) and ``member_count`` repeat what the JSON says, for the condition of
+offset commits.
+
+``<prefix>http_group_offsets`` (hash key ``group_id``; range key ``partition_key``,
+``"<topic>:<partition>"``): ``topic``, ``partition``, ``committed_offset``, ``metadata``,
+``commit_timestamp_ms``. A commit writes its offsets in transactions of at most 99 items, each with
+a condition check on the group item: the member still holds the epoch it committed with (or, for
+a commit without a member, the group has no members).
+
+As in ``broker_core.metadata.models``, ``bind_group_models(settings)`` and
+``bind_http_group_models(settings)`` build subclasses bound to one prefix, region and endpoint
+that share one pynamodb Connection (one botocore client).
 """
 
 from __future__ import annotations
@@ -44,6 +61,8 @@ from broker_core.dynamodb_tables import bind_model, share_connection
 
 GROUPS_TABLE = "groups"
 OFFSETS_TABLE = "group_offsets"
+HTTP_GROUPS_TABLE = "http_groups"
+HTTP_GROUP_OFFSETS_TABLE = "http_group_offsets"
 
 # botocore's default pool of 10 connections would make coordinator threads queue for a socket.
 _MAX_POOL_CONNECTIONS = 32
@@ -99,6 +118,24 @@ class OffsetItem(Model):
     coordinator_epoch = NumberAttribute()
 
 
+class HttpGroupItem(Model):
+    group_id = UnicodeAttribute(hash_key=True)
+    version = NumberAttribute()
+    state = UnicodeAttribute()
+    member_epochs = MapAttribute(default=dict)
+    member_count = NumberAttribute(default=0)
+
+
+class HttpGroupOffsetItem(Model):
+    group_id = UnicodeAttribute(hash_key=True)
+    partition_key = UnicodeAttribute(range_key=True)
+    topic = UnicodeAttribute()
+    partition = NumberAttribute()
+    committed_offset = NumberAttribute()
+    metadata = UnicodeAttribute(default="")
+    commit_timestamp_ms = NumberAttribute()
+
+
 @dataclass(frozen=True)
 class GroupModels:
     """The group models bound to one table prefix, region and endpoint, and their connection."""
@@ -117,3 +154,22 @@ def bind_group_models(settings: AwsSettings) -> GroupModels:
     offset = bind_model(OffsetItem, settings, OFFSETS_TABLE, max_pool_connections=_MAX_POOL_CONNECTIONS)
     connection = share_connection((group, offset), settings, max_pool_connections=_MAX_POOL_CONNECTIONS)
     return GroupModels(group=group, offset=offset, connection=connection)
+
+
+@dataclass(frozen=True)
+class HttpGroupModels:
+    """The HTTP group models bound to one table prefix, region and endpoint, and their connection."""
+
+    group: type[HttpGroupItem]
+    offset: type[HttpGroupOffsetItem]
+    connection: Connection
+
+    def all_models(self) -> tuple[type[Model], ...]:
+        return (self.group, self.offset)
+
+
+def bind_http_group_models(settings: AwsSettings) -> HttpGroupModels:
+    """Subclasses of the HTTP group models whose Meta points at ``settings``' tables, on one Connection."""
+    group = bind_model(HttpGroupItem, settings, HTTP_GROUPS_TABLE)
+    offset = bind_model(HttpGroupOffsetItem, settings, HTTP_GROUP_OFFSETS_TABLE)
+    return HttpGroupModels(group=group, offset=offset, connection=share_connection((group, offset), settings))

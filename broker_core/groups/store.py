@@ -1,65 +1,64 @@
-"""GroupStore: every read and conditional write of consumer-group state in DynamoDB.
+"""Every read and conditional write of consumer-group state in DynamoDB, for brokers and front ends.
 
-The coordinator goes through this class and gets frozen dataclasses back, never pynamodb items.
+Two stores, one per kind of group, each over its own two tables (``broker_core.groups.models``):
+``GroupStore`` holds the Kafka-protocol groups of the brokers' coordinators, ``HttpGroupStore`` the
+HTTP consumer groups of the front ends, whose membership rules (``functions.group_state``) stay
+above it in ``functions``. Both hand out frozen dataclasses, never pynamodb items, and share the
+conditional-failure check and error mapping of ``broker_core.dynamodb_tables``.
+
+GroupStore: the coordinator goes through this class.
 Lease writes are conditional on the (coordinator epoch, heartbeat) the writer observed, or on the
 item not existing yet; group metadata writes on holder, coordinator epoch and the generation last
 written; offset writes on the stored offset's coordinator epoch not being newer than the
 writer's. A failed condition raises CoordinatorFencedError (the caller lost the group), anything
 else from pynamodb or botocore GroupStoreUnavailableError.
 
-Thread-safety: GroupStore holds no mutable state and may be shared by threads. pynamodb is
-synchronous: the coordinator calls it from worker threads, never from the event loop.
+HttpGroupStore: every write of a group is conditional on the version it read (a lost race returns
+False; the caller reads again and retries), an offset commit on the member's epoch (or on the
+group having no members). DynamoDB failures that no condition explains raise
+GroupStoreUnavailableError.
+
+Thread-safety: neither store holds mutable state; both may be shared by threads. pynamodb is
+synchronous: the coordinator calls GroupStore from worker threads, never from the event loop; the
+front ends call HttpGroupStore from the invocation's thread.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import ParamSpec, TypeVar
 
 from botocore.exceptions import BotoCoreError
-from pynamodb.exceptions import PynamoDBException
+from pynamodb.exceptions import PutError, PynamoDBException, TransactWriteError
+from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
-from broker_core.dynamodb_tables import ensure_tables
+from broker_core.dynamodb_tables import (
+    CONDITION_FAILED,
+    condition_failed,
+    ensure_tables,
+    failures_as,
+    transact,
+)
 
 from .errors import CoordinatorFencedError, GroupError, GroupStoreUnavailableError
 from .models import (
     GroupItem,
     GroupModels,
+    HttpGroupModels,
+    HttpGroupOffsetItem,
     MemberAttribute,
     OffsetItem,
     ProtocolAttribute,
     bind_group_models,
+    bind_http_group_models,
     offset_partition_key,
 )
 
 NO_HOLDER = -1
-_CONDITION_FAILED = "ConditionalCheckFailedException"
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _is_condition_failure(err: PynamoDBException) -> bool:
-    return err.cause_response_code == _CONDITION_FAILED
-
-
-def _unavailable_on_error(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """pynamodb/botocore failures that no condition explains become GroupStoreUnavailableError."""
-
-    @functools.wraps(method)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(*args, **kwargs)
-        except GroupError:
-            raise
-        except (PynamoDBException, BotoCoreError) as err:
-            raise GroupStoreUnavailableError(f"{method.__name__}: {err}") from err
-
-    return wrapper
+_TRANSACTION_ITEMS = 99  # one transaction item is the condition check on the group
+_unavailable_on_error = failures_as(GroupStoreUnavailableError, GroupError)
 
 
 def wall_clock_ms() -> int:
@@ -203,9 +202,6 @@ class GroupStore:
         """
         ensure_tables(self.models.all_models(), GroupStoreUnavailableError)
 
-    def table_names(self) -> list[str]:
-        return [model.Meta.table_name for model in self.models.all_models()]
-
     # groups and leases --------------------------------------------------------------------------
 
     @_unavailable_on_error
@@ -236,7 +232,7 @@ class GroupStore:
         try:
             item.save(condition=model.group_id.does_not_exist())
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 return None
             raise
         return _lease_from_item(item)
@@ -259,7 +255,7 @@ class GroupStore:
         try:
             model(seen.group_id).update(actions, condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 return None
             raise
         return GroupLease(seen.group_id, broker_id, seen.coordinator_epoch + 1, seen.heartbeat + 1, lease_duration_ms)
@@ -272,7 +268,7 @@ class GroupStore:
         try:
             model(group_id).update([model.heartbeat.add(1)], condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(group_id, coordinator_epoch, "lease heartbeat") from err
             raise
 
@@ -284,7 +280,7 @@ class GroupStore:
         try:
             model(group_id).update([model.holder.set(NO_HOLDER), model.heartbeat.add(1)], condition)
         except PynamoDBException as err:
-            if not _is_condition_failure(err):
+            if not condition_failed(err):
                 raise
 
     @_unavailable_on_error
@@ -309,7 +305,7 @@ class GroupStore:
         try:
             model(group_id).update(actions, condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(
                     group_id, coordinator_epoch, f"write generation {record.generation}") from err
             raise
@@ -322,7 +318,7 @@ class GroupStore:
         try:
             model(group_id).delete(condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(group_id, coordinator_epoch, "delete group") from err
             raise
 
@@ -354,7 +350,7 @@ class GroupStore:
         try:
             item.save(condition=condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(group_id, coordinator_epoch, f"commit {topic}-{partition}") from err
             raise
 
@@ -366,6 +362,112 @@ class GroupStore:
         try:
             model(group_id, offset_partition_key(topic, partition)).delete(condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise CoordinatorFencedError(group_id, coordinator_epoch, f"delete {topic}-{partition}") from err
             raise
+
+
+@dataclass(frozen=True)
+class StoredHttpGroup:
+    """An HTTP group as stored: its state as JSON, and the version every write bumps (0: not stored)."""
+
+    state: str
+    version: int
+
+
+@dataclass(frozen=True)
+class HttpCommittedOffset:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+
+
+class HttpGroupStore:
+    """HTTP consumer groups (one JSON document per group, versioned) and their offsets in two tables."""
+
+    def __init__(self, settings: AwsSettings) -> None:
+        self.settings = settings
+        self.models: HttpGroupModels = bind_http_group_models(settings)
+
+    def ensure_tables(self) -> None:
+        """Create the two tables if missing (on-demand billing) and wait until they are ACTIVE."""
+        try:
+            ensure_tables(self.models.all_models(), GroupStoreUnavailableError)
+        except (PynamoDBException, BotoCoreError) as error:
+            raise GroupStoreUnavailableError(f"cannot create the HTTP group tables: {error}") from error
+
+    def load(self, group_id: str) -> StoredHttpGroup | None:
+        """The group as stored now (consistent read), None if it is not stored."""
+        model = self.models.group
+        try:
+            item = model.get(group_id, consistent_read=True)
+        except model.DoesNotExist:
+            return None
+        except (PynamoDBException, BotoCoreError) as error:
+            raise GroupStoreUnavailableError(f"cannot read group {group_id!r}: {error}") from error
+        return StoredHttpGroup(item.state, int(item.version))
+
+    def save(self, group_id: str, state: str, member_epochs: Mapping[str, int], read_version: int) -> bool:
+        """Write the group if it is still at ``read_version`` (0: not stored yet); False if it moved."""
+        model = self.models.group
+        item = model(group_id, version=read_version + 1, state=state, member_epochs=dict(member_epochs),
+                     member_count=len(member_epochs))
+        condition = model.group_id.does_not_exist() if read_version == 0 else model.version == read_version
+        try:
+            item.save(condition=condition)
+        except PutError as error:
+            if condition_failed(error):
+                return False
+            raise GroupStoreUnavailableError(f"cannot write group {group_id!r}: {error}") from error
+        except BotoCoreError as error:
+            raise GroupStoreUnavailableError(f"cannot write group {group_id!r}: {error}") from error
+        return True
+
+    def commit(self, group_id: str, member_id: str | None, member_epoch: int | None,
+               offsets: Iterable[HttpCommittedOffset], now_ms: int) -> bool:
+        """Write offsets, each transaction conditional on the member's epoch (or on no members).
+
+        False when the condition failed: the member's epoch moved, or members appeared; the
+        transactions before the failed one have committed.
+        """
+        group, offset = self.models.group, self.models.offset
+        if member_id is None:
+            condition = group.group_id.does_not_exist() | (group.member_count == 0)
+        else:
+            condition = group.member_epochs[member_id] == member_epoch
+        items = [
+            offset(group_id, offset_partition_key(o.topic, o.partition), topic=o.topic, partition=o.partition,
+                   committed_offset=o.offset, metadata=o.metadata, commit_timestamp_ms=now_ms)
+            for o in offsets
+        ]
+        for start in range(0, len(items), _TRANSACTION_ITEMS):
+            chunk = items[start:start + _TRANSACTION_ITEMS]
+
+            def build(transaction: TransactWrite, chunk: list[HttpGroupOffsetItem] = chunk) -> None:
+                transaction.condition_check(group, group_id, condition=condition)
+                for item in chunk:
+                    transaction.save(item)
+
+            try:
+                codes = transact(self.models.connection, build, lambda attempts: GroupStoreUnavailableError(
+                    f"cannot commit offsets of group {group_id!r}: still conflicting after {attempts} attempts"))
+            except (TransactWriteError, BotoCoreError) as error:
+                raise GroupStoreUnavailableError(f"cannot commit offsets of group {group_id!r}: {error}") from error
+            if codes is not None and CONDITION_FAILED in codes:
+                return False
+        return True
+
+    def committed(self, group_id: str, topic: str | None = None) -> list[HttpCommittedOffset]:
+        """The group's committed offsets (of one topic, or all), by topic and partition."""
+        model = self.models.offset
+        try:
+            if topic is None:
+                items = model.query(group_id, consistent_read=True)
+            else:
+                items = model.query(group_id, model.partition_key.startswith(f"{topic}:"), consistent_read=True)
+            found = [HttpCommittedOffset(i.topic, int(i.partition), int(i.committed_offset), i.metadata)
+                     for i in items]
+        except (PynamoDBException, BotoCoreError) as error:
+            raise GroupStoreUnavailableError(f"cannot read offsets of group {group_id!r}: {error}") from error
+        return sorted(found, key=lambda o: (o.topic, o.partition))

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from pynamodb.exceptions import PynamoDBException
 
+from broker_core.dynamodb_tables import condition_failed
 from broker_core.metadata.errors import (
     FencedControllerError,
     MetadataUnavailableError,
@@ -66,15 +67,10 @@ from broker_core.metadata.store import MetadataStore
 
 DEFAULT_LEASE_DURATION_MS = 10_000
 DEFAULT_SESSION_TIMEOUT_MS = 9_000  # Kafka's broker.session.timeout.ms default
-_CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
 def monotonic_ms() -> float:
     return time.monotonic() * 1000.0
-
-
-def _is_condition_failure(err: PynamoDBException) -> bool:
-    return err.cause_response_code == _CONDITION_FAILED
 
 
 class ControllerLease:
@@ -169,7 +165,7 @@ class ControllerLease:
         try:
             write()
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 self._observed = None
                 return None
             raise MetadataUnavailableError(f"acquire controller lease: {err}") from err
@@ -185,7 +181,7 @@ class ControllerLease:
         try:
             model(CONTROLLER_ITEM).update([model.heartbeat.add(1)], condition)
         except PynamoDBException as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 epoch, self._holder, self._epoch = self._epoch, None, None
                 raise FencedControllerError(epoch) from err
             raise MetadataUnavailableError(f"controller heartbeat: {err}") from err
@@ -200,7 +196,7 @@ class ControllerLease:
         try:
             model(CONTROLLER_ITEM).update([model.holder.set(NO_HOLDER), model.heartbeat.add(1)], condition)
         except PynamoDBException as err:
-            if not _is_condition_failure(err):
+            if not condition_failed(err):
                 raise MetadataUnavailableError(f"release controller lease epoch {epoch}: {err}") from err
 
 

@@ -10,11 +10,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from broker_core.aws import AwsSettings
+from broker_core.retry import RetryPolicy
 from tests.tiered_storage.conftest import LeaderPartition, fill
 from tiered_storage.indexes import decode_indexes
 from tiered_storage.layout import new_segment_id
 from tiered_storage.manifest import ManifestStore, SegmentState
-from tiered_storage.object_store import ObjectStoreError, RetryPolicy, SegmentObjectStore, UploadTuning
+from tiered_storage.object_store import ObjectStoreError, SegmentObjectStore, UploadTuning
 from tiered_storage.retention import TieredRetention, apply_local_retention
 from tiered_storage.uploader import PartitionUploader
 

@@ -1,0 +1,345 @@
+"""TopicCatalog: topics, their configs and their partitions' leader, epochs, ISR and replicas.
+
+Topic creation writes the partition items under a fresh topic id first and then commits the topic
+item with ``attribute_not_exists(name)``; the topic item is the commit point, readers reach
+partitions only through it, and the loser of a concurrent create gets TopicExistsError and removes
+its partition items. Deletion removes the topic item first and its partitions after. A process
+that dies between the two steps leaves partition items under a topic id no topic refers to; they
+are invisible to readers. Topic configs are written read-merge-write, conditional on the topic's
+``config_version`` (a lost race merges again, bounded by ``broker_core.retry``); partition updates
+are conditional on the partition epoch and, for controller writes, on the controller epoch. New
+topics' replicas are placed on the RUNNING brokers, which is why this class builds on
+BrokerRegistry.
+
+Thread-safety: as ``broker_core.metadata.tables``: shareable, synchronous, called from worker threads.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+
+from pynamodb.transactions import TransactWrite
+
+from broker_core.dynamodb_tables import CONDITION_FAILED
+from broker_core.metadata.assignment import assign_replicas_rack_unaware
+from broker_core.metadata.brokers import BrokerRegistry
+from broker_core.metadata.errors import (
+    FencedControllerError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidPartitionStateError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    MetadataConflictError,
+    PartitionEpochConflictError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from broker_core.metadata.models import PartitionItem, TopicItem
+from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState, TopicDescription
+from broker_core.metadata.tables import metadata_failures, now_ms
+from broker_core.retry import LostRace, retry_lost_races
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise InvalidTopicError unless ``name`` is a legal Kafka topic name."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError(str(name), "the name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(name, "'.' and '..' are not allowed")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(name, f"longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicError(name, "legal characters are ASCII letters, digits, '.', '_' and '-'")
+
+
+def _validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    if not isinstance(configs, Mapping):
+        raise InvalidConfigError(configs, "configs must be a mapping of strings to strings")
+    for key, value in configs.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidConfigError(key, "config names must be non-empty strings")
+        if not isinstance(value, str):
+            raise InvalidConfigError(key, "config values must be strings")
+    return dict(configs)
+
+
+def _topic_from_item(item: TopicItem) -> TopicDescription:
+    return TopicDescription(
+        name=item.name,
+        topic_id=item.topic_id,
+        num_partitions=int(item.num_partitions),
+        replication_factor=int(item.replication_factor),
+        configs=dict(item.configs.as_dict()) if item.configs is not None else {},
+        created_at_ms=int(item.created_at_ms),
+        config_version=int(item.config_version),
+    )
+
+
+def partition_from_item(item: PartitionItem) -> PartitionState:
+    return PartitionState(
+        topic=item.topic,
+        topic_id=item.topic_id,
+        partition=int(item.partition),
+        replicas=tuple(int(r) for r in item.replicas),
+        leader=int(item.leader),
+        leader_epoch=int(item.leader_epoch),
+        partition_epoch=int(item.partition_epoch),
+        isr=tuple(int(r) for r in item.isr),
+    )
+
+
+def _check_partition_state(state: PartitionState) -> None:
+    def invalid(reason: str) -> InvalidPartitionStateError:
+        return InvalidPartitionStateError(state.topic, state.partition, reason)
+
+    if not state.replicas or len(set(state.replicas)) != len(state.replicas):
+        raise invalid(f"replicas {list(state.replicas)} must be non-empty and distinct")
+    if not state.isr or len(set(state.isr)) != len(state.isr):
+        raise invalid(f"ISR {list(state.isr)} must be non-empty and distinct")
+    if not set(state.isr) <= set(state.replicas):
+        raise invalid(f"ISR {list(state.isr)} is not a subset of replicas {list(state.replicas)}")
+    if state.leader != NO_LEADER and state.leader not in state.isr:
+        raise invalid(f"leader {state.leader} is not in the ISR {list(state.isr)}")
+    if state.leader_epoch < 0:
+        raise invalid(f"leader epoch {state.leader_epoch} is negative")
+
+
+
+class TopicCatalog(BrokerRegistry):
+    """The topics and partitions tables: create, delete, describe and configure topics; update partitions."""
+
+    @metadata_failures
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str] | None = None,
+    ) -> TopicDescription:
+        """Create a topic with replicas spread over the RUNNING brokers (Kafka's rack-unaware scheme).
+
+        Each partition starts with leader = first replica, ISR = replicas, leader epoch 0 and
+        partition epoch 0. Raises InvalidTopicError, InvalidPartitionsError,
+        InvalidReplicationFactorError (RF above the number of RUNNING brokers), InvalidConfigError
+        or TopicExistsError; in every failure no topic is visible.
+        """
+        validate_topic_name(name)
+        topic_configs = _validate_configs(configs or {})
+        if not isinstance(num_partitions, int) or num_partitions < 1:
+            raise InvalidPartitionsError(num_partitions)
+        live = [b.broker_id for b in self.list_brokers() if b.state is BrokerState.RUNNING]
+        if not isinstance(replication_factor, int) or not 1 <= replication_factor <= len(live):
+            raise InvalidReplicationFactorError(replication_factor, len(live))
+        if self._get_topic_item(name) is not None:
+            raise TopicExistsError(name)
+        assignment = assign_replicas_rack_unaware(num_partitions, replication_factor, live)
+        topic_id = str(uuid.uuid4())
+        partition_model = self.models.partition
+        partition_items = [
+            partition_model(
+                topic_id,
+                index,
+                topic=name,
+                replicas=replicas,
+                leader=replicas[0],
+                leader_epoch=0,
+                partition_epoch=0,
+                isr=replicas,
+            )
+            for index, replicas in enumerate(assignment)
+        ]
+        with partition_model.batch_write() as batch:
+            for partition_item in partition_items:
+                batch.save(partition_item)
+        topic = self.models.topic
+        topic_item = topic(
+            name,
+            topic_id=topic_id,
+            num_partitions=num_partitions,
+            replication_factor=replication_factor,
+            configs=topic_configs,
+            config_version=0,
+            created_at_ms=now_ms(),
+        )
+
+        def build(transaction: TransactWrite) -> None:
+            transaction.save(topic_item, condition=topic.name.does_not_exist())
+            self.add_version_bump(transaction)
+
+        if self.transact(f"create topic {name}", build) is not None:
+            self._delete_partition_items(partition_items)
+            raise TopicExistsError(name)
+        return _topic_from_item(topic_item)
+
+    @metadata_failures
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and its partition items; UnknownTopicError if it does not exist."""
+        item = self._get_topic_item(name)
+        if item is None:
+            raise UnknownTopicError(name)
+        topic = self.models.topic
+        topic_id = item.topic_id
+
+        def build(transaction: TransactWrite) -> None:
+            transaction.delete(topic(name), condition=topic.topic_id == topic_id)
+            self.add_version_bump(transaction)
+
+        if self.transact(f"delete topic {name}", build) is not None:
+            raise UnknownTopicError(name)
+        self._delete_partition_items(list(self.models.partition.query(topic_id, consistent_read=True)))
+
+    def _delete_partition_items(self, items: Iterable[PartitionItem]) -> None:
+        with self.models.partition.batch_write() as batch:
+            for item in items:
+                batch.delete(item)
+
+    def _get_topic_item(self, name: str) -> TopicItem | None:
+        try:
+            return self.models.topic.get(name, consistent_read=True)
+        except self.models.topic.DoesNotExist:
+            return None
+
+    @metadata_failures
+    def get_topic(self, name: str) -> TopicDescription:
+        """The topic (consistent read); UnknownTopicError if it does not exist."""
+        item = self._get_topic_item(name)
+        if item is None:
+            raise UnknownTopicError(name)
+        return _topic_from_item(item)
+
+    @metadata_failures
+    def list_topics(self) -> list[TopicDescription]:
+        """Every topic, sorted by name (consistent read)."""
+        items = self.models.topic.scan(consistent_read=True)
+        return sorted((_topic_from_item(i) for i in items), key=lambda t: t.name)
+
+    @metadata_failures
+    def describe_topic_configs(self, name: str) -> dict[str, str]:
+        """The configs set on the topic (defaults are the broker's to add); UnknownTopicError if absent."""
+        return dict(self.get_topic(name).configs)
+
+    @metadata_failures
+    def alter_topic_configs(
+        self, name: str, set_configs: Mapping[str, str] | None = None, delete_configs: Iterable[str] = ()
+    ) -> TopicDescription:
+        """Set and remove topic configs in one step (the IncrementalAlterConfigs shape).
+
+        Read-merge-write conditional on the topic's ``config_version``; a lost race re-reads and
+        merges again (bounded). Raises UnknownTopicError, InvalidConfigError.
+        """
+        updates = _validate_configs(set_configs or {})
+        removals = list(delete_configs)
+        _validate_configs({key: "" for key in removals})
+        what = f"alter configs of topic {name}"
+
+        def attempt() -> TopicDescription:
+            item = self._get_topic_item(name)
+            if item is None:
+                raise UnknownTopicError(name)
+            configs = dict(item.configs.as_dict()) if item.configs is not None else {}
+            configs.update(updates)
+            for key in removals:
+                configs.pop(key, None)
+            if not self._write_topic_configs(name, configs, int(item.config_version)):
+                raise LostRace(what)
+            return self.get_topic(name)
+
+        return retry_lost_races(attempt, lambda attempts: MetadataConflictError(what, attempts))
+
+    def _write_topic_configs(self, name: str, configs: dict[str, str], config_version: int) -> bool:
+        topic = self.models.topic
+
+        def build(transaction: TransactWrite) -> None:
+            transaction.update(
+                topic(name),
+                actions=[topic.configs.set(configs), topic.config_version.set(config_version + 1)],
+                condition=topic.config_version == config_version,
+            )
+            self.add_version_bump(transaction)
+
+        return self.transact(f"alter configs of topic {name}", build) is None
+
+    # -- partitions --------------------------------------------------------------------------
+
+    @metadata_failures
+    def get_partitions(self, topic: str) -> list[PartitionState]:
+        """All partitions of the topic, by partition number; UnknownTopicError if it does not exist."""
+        item = self._get_topic_item(topic)
+        if item is None:
+            raise UnknownTopicError(topic)
+        items = self.models.partition.query(item.topic_id, consistent_read=True)
+        return sorted((partition_from_item(i) for i in items), key=lambda p: p.partition)
+
+    @metadata_failures
+    def get_partition(self, topic: str, partition: int) -> PartitionState:
+        """One partition (consistent read); UnknownTopicError / UnknownPartitionError if absent."""
+        item = self._get_topic_item(topic)
+        if item is None:
+            raise UnknownTopicError(topic)
+        try:
+            return partition_from_item(
+                self.models.partition.get(item.topic_id, partition, consistent_read=True)
+            )
+        except self.models.partition.DoesNotExist:
+            raise UnknownPartitionError(topic, partition) from None
+
+    @metadata_failures
+    def update_partition(
+        self,
+        new_state: PartitionState,
+        expected_partition_epoch: int,
+        controller_epoch: int | None = None,
+    ) -> PartitionState:
+        """Write leader, leader epoch, ISR and replicas of ``new_state`` if the partition epoch matches.
+
+        The stored partition epoch becomes ``expected_partition_epoch + 1`` (whatever
+        ``new_state.partition_epoch`` says); bumping the leader epoch on a leader change is the
+        caller's, through ``PartitionState.with_leader``. With ``controller_epoch`` the write is
+        also conditional on the controller lease. Raises InvalidPartitionStateError,
+        PartitionEpochConflictError, FencedControllerError, UnknownPartitionError.
+        """
+        _check_partition_state(new_state)
+        partition = self.models.partition
+        key = partition(new_state.topic_id, new_state.partition)
+        condition = partition.partition_epoch == expected_partition_epoch
+        next_epoch = expected_partition_epoch + 1
+        actions = [
+            partition.replicas.set(list(new_state.replicas)),
+            partition.leader.set(new_state.leader),
+            partition.leader_epoch.set(new_state.leader_epoch),
+            partition.isr.set(list(new_state.isr)),
+            partition.partition_epoch.set(next_epoch),
+        ]
+
+        def build(transaction: TransactWrite) -> None:
+            if controller_epoch is not None:
+                self.add_controller_check(transaction, controller_epoch)
+            transaction.update(key, actions=actions, condition=condition)
+            self.add_version_bump(transaction)
+
+        codes = self.transact(f"update partition {new_state.topic}-{new_state.partition}", build)
+        if codes is None:
+            return PartitionState(
+                topic=new_state.topic,
+                topic_id=new_state.topic_id,
+                partition=new_state.partition,
+                replicas=tuple(new_state.replicas),
+                leader=new_state.leader,
+                leader_epoch=new_state.leader_epoch,
+                partition_epoch=next_epoch,
+                isr=tuple(new_state.isr),
+            )
+        if controller_epoch is not None and codes[0] == CONDITION_FAILED:
+            raise FencedControllerError(controller_epoch)
+        try:
+            partition.get(new_state.topic_id, new_state.partition, consistent_read=True)
+        except partition.DoesNotExist:
+            raise UnknownPartitionError(new_state.topic, new_state.partition) from None
+        raise PartitionEpochConflictError(new_state.topic, new_state.partition, expected_partition_epoch)
