@@ -231,8 +231,7 @@ class PartitionLog:
             raise LeaderEpochOutOfOrderError(
                 topic=self.topic, partition=self.partition, epoch=leader_epoch, latest_epoch=latest_epoch
             )
-        active = self._segments[-1]
-        base_offset = active.next_offset
+        base_offset = self._segments[-1].next_offset
         if not batches:
             return empty_append(base_offset)
         parts, described, info = prepare_leader_append(
@@ -242,11 +241,7 @@ class PartitionLog:
             leader_epoch=leader_epoch,
             log_append_time=now if self._uses_log_append_time else -1,
         )
-        segment = active
-        if active.should_roll(
-            len(view), info.last_offset, now, segment_bytes=self._segment_bytes, segment_ms=self._segment_ms
-        ):
-            segment = self._roll_to(base_offset, now)
+        segment = self._segment_for_append(len(view), base_offset, info.last_offset, now)
         if latest_epoch != leader_epoch:
             self.leader_epochs.assign(leader_epoch, base_offset)
         segment.append(parts, described)
@@ -293,11 +288,7 @@ class PartitionLog:
         """The active segment, rolled first if this append should not go into it."""
         active = self._segments[-1]
         if active.should_roll(
-            size,
-            last_offset,
-            now_ms,
-            segment_bytes=self.config.segment_bytes,
-            segment_ms=self.config.segment_ms,
+            size, last_offset, now_ms, segment_bytes=self._segment_bytes, segment_ms=self._segment_ms
         ):
             return self._roll_to(first_offset, now_ms)
         return active
