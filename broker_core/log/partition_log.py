@@ -3,7 +3,10 @@
 `PartitionLog` is what the broker appends produce requests to, what followers append replicated
 batches to, what fetches read from (as file slices for sendfile) and what retention trims. Its
 directory is `<data>/<topic>-<partition>/` and holds `<20-digit base offset>.log|.index|.timeindex`
-per segment, `leader-epoch-checkpoint`, `recovery-point` and `log-start-offset`.
+per segment, `leader-epoch-checkpoint`, `recovery-point` and `log-start-offset`. This module keeps
+the segment list, the offsets and checkpoints and the order of the steps; the decisions live beside
+it: `append` (batch checks and offset assignment), `recovery` (opening after a crash), `retention`
+(which segments go) and `retired_segments` (when their files go).
 """
 
 from __future__ import annotations
@@ -13,25 +16,20 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
 from broker_core.records.batch import decode_batch
-from broker_core.records.errors import CorruptBatchError
-from broker_core.records.header import (
-    OUTSIDE_CRC_PREFIX,
-    BatchHeader,
-    TimestampType,
-    parse_header,
-    set_base_offset,
-    set_log_append_time,
-    set_partition_leader_epoch,
-    verify_crc,
-)
+from broker_core.records.header import TimestampType
 
+from .append import (
+    AppendInfo,
+    check_follower_append,
+    empty_append,
+    prepare_leader_append,
+    validate_batches,
+)
 from .checkpoint import (
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
-    TEMP_SUFFIX,
     fsync_directory,
     read_offset_checkpoint,
     write_offset_checkpoint,
@@ -39,43 +37,20 @@ from .checkpoint import (
 from .config import LogConfig
 from .errors import (
     CorruptCheckpointError,
-    CorruptIndexError,
     LeaderEpochOutOfOrderError,
     OffsetOutOfRangeError,
-    OffsetsOutOfOrderError,
-    RecordTooLargeError,
 )
 from .leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpoint
-from .segment import (
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    AppendedBatch,
-    FileSlice,
-    Segment,
-)
+from .recovery import recover_segments, remove_leftovers
+from .retention import retention_rule
+from .retired_segments import RetiredSegments
+from .segment import FileSlice, Segment
+
+__all__ = ["AppendInfo", "PartitionLog"]
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class AppendInfo(NamedTuple):
-    """What an append wrote: offsets ``base_offset``..``last_offset`` in ``num_batches`` batches.
-
-    ``log_append_time`` is the time stamped into LogAppendTime batches, -1 for CreateTime.
-    ``offset_of_max_timestamp`` is the last offset of the first batch carrying ``max_timestamp``.
-    An empty append writes nothing and reports ``last_offset = base_offset - 1``.
-    """
-
-    base_offset: int
-    last_offset: int
-    log_append_time: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    num_batches: int
-    size_bytes: int
 
 
 class PartitionLog:
@@ -97,14 +72,18 @@ class PartitionLog:
 
     Concurrency: one writer per partition. append, append_as_follower, roll, flush, truncate_to,
     truncate_fully_and_start_at, delete_records_before, enforce_retention, delete_expired_segments
-    and close must be serialised by the caller (the broker does so per partition). read, read_bytes,
-    offset_for_timestamp and the offset properties may run concurrently with the writer from other
-    threads: the segment list is replaced, never mutated in place, and each segment publishes its end
+    and close must be serialised by the caller (the broker makes them all on its event loop thread).
+    read, read_bytes, offset_for_timestamp and the offset properties may run concurrently with the
+    writer from other threads: the segment list is replaced, never mutated in place, and each segment publishes its end
     atomically. A FileSlice's descriptor stays open for ``file.delete.delay.ms`` after its segment
     leaves the log (retention, truncation): the files are renamed to ``*.deleted`` at once and closed
     and unlinked by `delete_expired_segments` (called by the writer-side methods above) once the
     delay has passed, or by `close`. Truncating the active segment shortens its file in place, so a
     slice read before `truncate_to` may then deliver fewer bytes than its length.
+
+    Clocks: times written into segments and checked against segment.ms, retention.ms and flush.ms
+    are wall-clock milliseconds, taken from the ``now_ms`` argument of the method when given;
+    file.delete.delay.ms runs on the monotonic clock given to `open` (time.monotonic by default).
     """
 
     def __init__(
@@ -118,6 +97,7 @@ class PartitionLog:
         leader_epochs: LeaderEpochCheckpoint,
         log_start_offset: int,
         recovery_point: int,
+        monotonic_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.directory = directory
         self.config = config
@@ -127,7 +107,7 @@ class PartitionLog:
         self.leader_epochs = leader_epochs
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
-        self._pending_deletes: list[tuple[float, Segment]] = []
+        self._retired = RetiredSegments(config.file_delete_delay_ms, clock=monotonic_clock)
         self._directory_dirty = False
         self._last_flush_ms = wall_clock_ms()
         self._closed = False
@@ -140,11 +120,22 @@ class PartitionLog:
     # ---------------------------------------------------------------- opening and recovery
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, *, topic: str = "", partition: int = 0) -> PartitionLog:
-        """Open (creating if missing) the log in ``directory`` and recover it; see the class docstring."""
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        topic: str = "",
+        partition: int = 0,
+        monotonic_clock: Callable[[], float] = time.monotonic,
+    ) -> PartitionLog:
+        """Open (creating if missing) the log in ``directory`` and recover it; see the class docstring.
+
+        ``monotonic_clock`` times file.delete.delay.ms (tests pass a fake one).
+        """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        _remove_leftovers(directory)
+        remove_leftovers(directory)
         leader_epochs = LeaderEpochCheckpoint(directory / LEADER_EPOCH_CHECKPOINT_FILE)
         try:
             recovery_point = read_offset_checkpoint(directory / RECOVERY_POINT_FILE) or 0
@@ -154,54 +145,14 @@ class PartitionLog:
             log_start_offset = read_offset_checkpoint(directory / LOG_START_OFFSET_FILE) or 0
         except CorruptCheckpointError:
             log_start_offset = 0
-
-        segments: list[Segment] = []
-        index_problems: list[CorruptIndexError | None] = []
-        for base_offset in _segment_base_offsets(directory):
-            segment, problem = Segment.open(
-                directory,
-                base_offset,
-                index_interval_bytes=config.index_interval_bytes,
-                segment_index_bytes=config.segment_index_bytes,
-            )
-            segments.append(segment)
-            index_problems.append(problem)
-
-        accept_epoch = _epoch_validator(leader_epochs)
-        recovered_any = False
-        number = 0
-        while number < len(segments):
-            segment = segments[number]
-            wholly_below_recovery_point = (
-                number + 1 < len(segments) and segments[number + 1].base_offset <= recovery_point
-            )
-            if (
-                index_problems[number] is None
-                and segment.check_tail()
-                and segment.next_offset <= recovery_point
-            ):
-                number += 1
-                continue
-            recovered_any = True
-            truncated = segment.recover(config.max_message_bytes, accept_epoch)
-            if truncated and not wholly_below_recovery_point:
-                for later in segments[number + 1 :]:
-                    later.close_and_delete()
-                del segments[number + 1 :]
-            number += 1
-
-        now = wall_clock_ms()
-        if not segments:
-            segments.append(
-                Segment.create(
-                    directory,
-                    log_start_offset,
-                    index_interval_bytes=config.index_interval_bytes,
-                    segment_index_bytes=config.segment_index_bytes,
-                    now_ms=now,
-                )
-            )
-            recovered_any = True
+        segments, recovered_any = recover_segments(
+            directory,
+            config,
+            leader_epochs,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            clock_ms=wall_clock_ms,
+        )
         log_end_offset = segments[-1].next_offset
         log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
         leader_epochs.truncate_from_end(log_end_offset)
@@ -215,6 +166,7 @@ class PartitionLog:
             leader_epochs=leader_epochs,
             log_start_offset=log_start_offset,
             recovery_point=min(recovery_point, log_end_offset),
+            monotonic_clock=monotonic_clock,
         )
         if recovered_any:
             log._directory_dirty = True
@@ -261,24 +213,6 @@ class PartitionLog:
 
     # ---------------------------------------------------------------- appending
 
-    def _validate(
-        self, records: bytes | bytearray | memoryview
-    ) -> tuple[memoryview, list[tuple[int, BatchHeader]]]:
-        """Check every batch (header, size limit, CRC) before anything is written; nothing partial survives."""
-        view = memoryview(records).cast("B")
-        max_bytes = self._max_message_bytes
-        batches = []
-        position = 0
-        end = len(view)
-        while position < end:
-            header = parse_header(view, position)
-            if header.size > max_bytes:
-                raise RecordTooLargeError(size=header.size, max_size=max_bytes, position=position)
-            verify_crc(view, header, position)
-            batches.append((position, header))
-            position += header.size
-        return view, batches
-
     def append(
         self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None
     ) -> AppendInfo:
@@ -290,66 +224,30 @@ class PartitionLog:
         partitionLeaderEpoch) followed by the rest of it as given. On a LogAppendTime topic the
         timestamp type, max timestamp and CRC change too, so those batches are copied whole.
         """
-        view, batches = self._validate(records)
+        view, batches = validate_batches(records, self._max_message_bytes)
         now = wall_clock_ms() if now_ms is None else now_ms
         latest_epoch = self.leader_epochs.latest_epoch
         if latest_epoch is not None and leader_epoch < latest_epoch:
             raise LeaderEpochOutOfOrderError(
                 topic=self.topic, partition=self.partition, epoch=leader_epoch, latest_epoch=latest_epoch
             )
-        active = self._segments[-1]
-        base_offset = active.next_offset
+        base_offset = self._segments[-1].next_offset
         if not batches:
-            return AppendInfo(base_offset, base_offset - 1, -1, -1, -1, 0, 0)
-        log_append_time = now if self._uses_log_append_time else -1
-        # The patched copies are private until written, so a check failing halfway through leaves
-        # nothing behind.
-        parts: list[bytearray | memoryview] = []
-        described: list[AppendedBatch] = []
-        next_offset = base_offset
-        max_timestamp, offset_of_max = -1, -1
-        for position, header in batches:
-            if header.records_count != header.last_offset_delta + 1:
-                raise CorruptBatchError(
-                    f"record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}",
-                    position=position,
-                )
-            end = position + header.size
-            head = bytearray(view[position:end if log_append_time >= 0 else position + OUTSIDE_CRC_PREFIX])
-            set_base_offset(head, 0, next_offset)
-            set_partition_leader_epoch(head, 0, leader_epoch)
-            parts.append(head)
-            last_offset = next_offset + header.last_offset_delta
-            if log_append_time >= 0:
-                set_log_append_time(head, 0, header.size, log_append_time)
-                batch_max_timestamp = log_append_time
-            else:
-                parts.append(view[position + OUTSIDE_CRC_PREFIX:end])
-                batch_max_timestamp = header.max_timestamp
-            if batch_max_timestamp > max_timestamp:
-                max_timestamp, offset_of_max = batch_max_timestamp, last_offset
-            described.append((position, header.size, last_offset, batch_max_timestamp))
-            next_offset = last_offset + 1
-
-        segment = active
-        if active.should_roll(
-            len(view), next_offset - 1, now, segment_bytes=self._segment_bytes, segment_ms=self._segment_ms
-        ):
-            segment = self._roll_to(base_offset, now)
+            return empty_append(base_offset)
+        parts, described, info = prepare_leader_append(
+            view,
+            batches,
+            base_offset=base_offset,
+            leader_epoch=leader_epoch,
+            log_append_time=now if self._uses_log_append_time else -1,
+        )
+        segment = self._segment_for_append(len(view), base_offset, info.last_offset, now)
         if latest_epoch != leader_epoch:
             self.leader_epochs.assign(leader_epoch, base_offset)
         segment.append(parts, described)
         if self._has_flush_policy:
             self._maybe_flush(now)
-        return AppendInfo(
-            base_offset,
-            next_offset - 1,
-            log_append_time,
-            max_timestamp,
-            offset_of_max,
-            len(batches),
-            len(view),
-        )
+        return info
 
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None
@@ -361,69 +259,36 @@ class PartitionLog:
         not go back, else LeaderEpochOutOfOrderError. Each new epoch is added to the leader-epoch
         cache at its first batch. Nothing is written if any check fails.
         """
-        view, batches = self._validate(records)
+        view, batches = validate_batches(records, self._max_message_bytes)
         now = wall_clock_ms() if now_ms is None else now_ms
         log_end_offset = self.log_end_offset
         if not batches:
-            return AppendInfo(log_end_offset, log_end_offset - 1, -1, -1, -1, 0, 0)
-        expected = log_end_offset
-        latest_epoch = self.leader_epochs.latest_epoch
-        new_epochs: list[tuple[int, int]] = []
-        described: list[AppendedBatch] = []
-        max_timestamp, offset_of_max = -1, -1
-        for position, header in batches:
-            if header.base_offset < expected or (position and header.base_offset != expected):
-                raise OffsetsOutOfOrderError(
-                    topic=self.topic,
-                    partition=self.partition,
-                    offset=header.base_offset,
-                    expected_offset=expected,
-                )
-            epoch = header.partition_leader_epoch
-            if latest_epoch is not None and epoch < latest_epoch:
-                raise LeaderEpochOutOfOrderError(
-                    topic=self.topic, partition=self.partition, epoch=epoch, latest_epoch=latest_epoch
-                )
-            if epoch >= 0 and epoch != latest_epoch:
-                new_epochs.append((epoch, header.base_offset))
-                latest_epoch = epoch
-            if header.max_timestamp > max_timestamp:
-                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
-            described.append((position, header.size, header.last_offset, header.max_timestamp))
-            expected = header.next_offset
-
-        first_offset = batches[0][1].base_offset
+            return empty_append(log_end_offset)
+        described, new_epochs, info = check_follower_append(
+            view,
+            batches,
+            log_end_offset=log_end_offset,
+            latest_epoch=self.leader_epochs.latest_epoch,
+            topic=self.topic,
+            partition=self.partition,
+        )
+        first_offset = info.base_offset
         if first_offset > log_end_offset:
             segment = self._roll_to(first_offset, now)
         else:
-            segment = self._segment_for_append(len(view), first_offset, expected - 1, now)
+            segment = self._segment_for_append(len(view), first_offset, info.last_offset, now)
         for epoch, start_offset in new_epochs:
             self.leader_epochs.assign(epoch, start_offset)
         segment.append(view, described)
         if self._has_flush_policy:
             self._maybe_flush(now)
-        first_header = batches[0][1]
-        return AppendInfo(
-            base_offset=first_offset,
-            last_offset=expected - 1,
-            log_append_time=max_timestamp
-            if first_header.timestamp_type is TimestampType.LOG_APPEND_TIME
-            else -1,
-            max_timestamp=max_timestamp,
-            offset_of_max_timestamp=offset_of_max,
-            num_batches=len(batches),
-            size_bytes=len(view),
-        )
+        return info
 
     def _segment_for_append(self, size: int, first_offset: int, last_offset: int, now_ms: int) -> Segment:
         """The active segment, rolled first if this append should not go into it."""
         active = self._segments[-1]
         if active.should_roll(
-            size,
-            last_offset,
-            now_ms,
-            segment_bytes=self.config.segment_bytes,
-            segment_ms=self.config.segment_ms,
+            size, last_offset, now_ms, segment_bytes=self._segment_bytes, segment_ms=self._segment_ms
         ):
             return self._roll_to(first_offset, now_ms)
         return active
@@ -499,9 +364,7 @@ class PartitionLog:
         self.flush()
         for segment in self._segments:
             segment.close()
-        for _, segment in self._pending_deletes:
-            segment.close_and_delete()
-        self._pending_deletes.clear()
+        self._retired.delete_all()
         self._closed = True
 
     def __enter__(self) -> PartitionLog:
@@ -667,26 +530,14 @@ class PartitionLog:
         ``can_delete`` (e.g. "already uploaded to remote storage") says no. The log start offset moves
         to the new first segment. Returns the number of segments deleted.
         """
-        now = wall_clock_ms() if now_ms is None else now_ms
-        config = self.config
-        limit = self.log_end_offset if high_watermark is None else high_watermark
-        excess = self.size_bytes - config.retention_bytes if config.retention_bytes >= 0 else -1
-        log_start_offset = self._log_start_offset
-
-        def condemned(segment: Segment, next_segment: Segment) -> bool:
-            nonlocal excess
-            if next_segment.base_offset > limit:
-                return False
-            by_time = config.retention_ms >= 0 and now - segment.largest_timestamp > config.retention_ms
-            by_size = config.retention_bytes >= 0 and excess - segment.size >= 0
-            by_start = next_segment.base_offset <= log_start_offset
-            if not (by_time or by_size or by_start):
-                return False
-            if can_delete is not None and not can_delete(segment):
-                return False
-            excess -= segment.size
-            return True
-
+        condemned = retention_rule(
+            self.config,
+            now_ms=wall_clock_ms() if now_ms is None else now_ms,
+            high_watermark=self.log_end_offset if high_watermark is None else high_watermark,
+            log_start_offset=self._log_start_offset,
+            size_bytes=self.size_bytes,
+            can_delete=can_delete,
+        )
         deleted = self._delete_oldest(condemned)
         self.delete_expired_segments()
         return deleted
@@ -710,24 +561,13 @@ class PartitionLog:
 
     def _retire(self, segments: list[Segment]) -> None:
         """Take segments out of service: rename to *.deleted now, close and unlink after file.delete.delay.ms."""
-        delay_ms = self.config.file_delete_delay_ms
-        for segment in segments:
-            if delay_ms == 0:
-                segment.close_and_delete()
-            else:
-                segment.mark_deleted()
-                self._pending_deletes.append((time.monotonic() + delay_ms / 1000, segment))
+        self._retired.retire(segments)
         if segments:
             self._directory_dirty = True
 
     def delete_expired_segments(self) -> None:
         """Close and unlink retired segments whose file.delete.delay.ms has passed."""
-        now = time.monotonic()
-        due = [segment for deadline, segment in self._pending_deletes if deadline <= now]
-        if due:
-            self._pending_deletes = [(d, s) for d, s in self._pending_deletes if d > now]
-            for segment in due:
-                segment.close_and_delete()
+        self._retired.delete_expired()
 
     def _write_log_start_offset(self) -> None:
         write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self._log_start_offset)
@@ -738,45 +578,3 @@ class PartitionLog:
             f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})"
         )
 
-
-def _segment_base_offsets(directory: Path) -> list[int]:
-    bases = []
-    for path in directory.iterdir():
-        stem, suffix = path.stem, path.suffix
-        if suffix == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
-            bases.append(int(stem))
-    return sorted(bases)
-
-
-def _remove_leftovers(directory: Path) -> None:
-    """Delete what a crash can leave behind: retired segment files, temp checkpoints, indexes without a log."""
-    bases = set(_segment_base_offsets(directory))
-    for path in directory.iterdir():
-        name = path.name
-        if name.endswith(DELETED_SUFFIX) or name.endswith(TEMP_SUFFIX):
-            path.unlink()
-        elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and (
-            not path.stem.isdigit() or int(path.stem) not in bases
-        ):
-            path.unlink()
-
-
-def _epoch_validator(leader_epochs: LeaderEpochCheckpoint) -> Callable[[int, int], bool]:
-    """The leader-epoch rule recovery applies to each batch (partitionLeaderEpoch is not under the CRC).
-
-    With a non-empty cache, a batch at or above the first entry must carry exactly the epoch the
-    cache gives its offset: the log writes the cache before the batches, so any other value is
-    damage. With an empty cache (file lost), the cache is rebuilt from the batches as Kafka does.
-    """
-    rebuilding = not leader_epochs.entries
-
-    def accept(base_offset: int, epoch: int) -> bool:
-        if rebuilding:
-            latest = leader_epochs.latest_epoch
-            if epoch >= 0 and (latest is None or epoch > latest):
-                leader_epochs.assign(epoch, base_offset)
-            return True
-        expected = leader_epochs.epoch_for_offset(base_offset)
-        return expected is None or epoch == expected
-
-    return accept

@@ -29,6 +29,7 @@ from broker_core.protocol.api_keys import ApiKey
 from broker_core.records import Compression, SimpleRecord, build_batch, iter_records
 from broker_core.records.header import HEADER_SIZE
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until_async
 
 T = TypeVar("T")
 _topic_numbers = itertools.count()
@@ -264,9 +265,10 @@ def test_acks_zero_produces_get_no_offsets_but_are_appended(stack: LocalStack) -
         results = [await client.produce(name, [SimpleRecord(value=b"fire-%d" % i)], 0, acks=0) for i in range(3)]
         assert [r.base_offset for r in results] == [-1, -1, -1]
         # The broker acknowledges nothing, so wait (bounded) for the appends to show in the log.
-        deadline = time.monotonic() + 20
-        while (await client.list_offsets(name, 0, LATEST))[0] < 3 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        async def appended() -> bool:
+            return (await client.list_offsets(name, 0, LATEST))[0] >= 3
+
+        await wait_until_async(appended, "the three acks=0 appends in the log", 20, interval_s=0.05)
         fetched = await client.fetch(name, 0, 0)
         assert [r.value for r in fetched.records] == [b"fire-0", b"fire-1", b"fire-2"]
         acked = await client.produce(name, [SimpleRecord(value=b"acked")], 0, acks=1)

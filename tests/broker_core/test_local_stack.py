@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 
 from broker_core.client import EARLIEST, LATEST, FloeClient
 from broker_core.records.batch import SimpleRecord
+from tests.support.waiting import wait_until
 
 _UP_TIMEOUT_S = 90
 
@@ -28,13 +28,14 @@ def _start_local_up(directory: Path, *extra: str) -> subprocess.Popen:
 
 def _wait_for_stack_file(directory: Path, process: subprocess.Popen) -> dict:
     path = directory / "stack.json"
-    deadline = time.monotonic() + _UP_TIMEOUT_S
-    while time.monotonic() < deadline:
+
+    def stack_file() -> dict | None:
         if path.exists():
             return json.loads(path.read_text())
         assert process.poll() is None, process.stderr.read().decode()
-        time.sleep(0.2)
-    raise AssertionError("floe local up wrote no stack.json")
+        return None
+
+    return wait_until(stack_file, "floe local up writes stack.json", _UP_TIMEOUT_S, interval_s=0.2)
 
 
 def _stop(process: subprocess.Popen) -> int:
@@ -75,10 +76,8 @@ def test_local_up_writes_stack_json_and_stops_every_process_on_interrupt(tmp_pat
         assert "log.segment.bytes=1048576" in broker_cmdline
     finally:
         assert _stop(process) == 0
-    deadline = time.monotonic() + 10
-    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids):
-        assert time.monotonic() < deadline, "a process of the stack outlived floe local up"
-        time.sleep(0.1)
+    wait_until(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                               for pid in pids), "every process of the stack exits with floe local up", 10)
 
 
 def test_restarting_local_up_on_the_same_directory_keeps_topics_and_records(tmp_path: Path) -> None:

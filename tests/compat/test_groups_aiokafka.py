@@ -13,6 +13,7 @@ from aiokafka.errors import NoOffsetForPartitionError
 
 from broker_core.metadata.store import MetadataStore
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until_async
 
 PARTITIONS = 4
 GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500, "enable_auto_commit": False,
@@ -31,10 +32,10 @@ async def create_topic(stack: Any, name: str, partitions: int = PARTITIONS) -> s
     producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap_servers)
     await producer.start()
     try:
-        deadline = time.monotonic() + 20
-        while (await producer.partitions_for(name)) != set(range(partitions)):
-            assert time.monotonic() < deadline, f"topic {name} not visible"
-            await asyncio.sleep(0.2)
+        async def visible() -> bool:
+            return (await producer.partitions_for(name)) == set(range(partitions))
+
+        await wait_until_async(visible, f"topic {name} visible", 20, interval_s=0.2)
     finally:
         await producer.stop()
     return name

@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from broker_core.groups.admin import GroupAdmin
 from broker_core.groups.store import GroupStore
 from broker_core.metadata.store import MetadataStore
+from tests.support.waiting import wait_until
 
 PARTITIONS = 6
 SESSION_TIMEOUT_MS = 6000
@@ -185,17 +186,6 @@ class BackgroundProducer(threading.Thread):
         self.join(timeout=30)
 
 
-def wait_for(condition: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s}s")
-        time.sleep(0.1)
-
-
 def settled_ownership(admin: Any, group: str, members: int) -> dict[int, str] | None:
     """partition -> owning client id, if the group is Stable with ``members`` members owning every
     partition exactly once; None otherwise."""
@@ -223,8 +213,8 @@ def cluster(tmp_path: Path) -> Iterator[Any]:
         def create_topic(name: str, partitions: int = PARTITIONS) -> str:
             store.create_topic(name, partitions, 1)
             probe = Producer({"bootstrap.servers": stack.bootstrap_servers})
-            wait_for(lambda: len(probe.list_topics(name, timeout=5).topics[name].partitions) == partitions
-                     and probe.list_topics(name, timeout=5).topics[name].error is None, 20, f"topic {name}")
+            wait_until(lambda: len(probe.list_topics(name, timeout=5).topics[name].partitions) == partitions
+                       and probe.list_topics(name, timeout=5).topics[name].error is None, f"topic {name}", 20)
             return name
 
         stack.create_topic = create_topic
@@ -241,21 +231,21 @@ def test_three_then_four_members_share_six_partitions_and_survive_a_sigkill(clus
     sampler = OffsetSampler(bootstrap, group, topic)
     admin = GroupAdmin(bootstrap)
     try:
-        three = wait_for(lambda: settled_ownership(admin, group, 3), 60, "3 members own the 6 partitions")
+        three = wait_until(lambda: settled_ownership(admin, group, 3), "3 members own the 6 partitions", 60)
         assert set(three.values()) == {"member-1", "member-2", "member-3"}
         sampler.start()
         producer.start()
 
         members.append(MemberProcess(bootstrap, group, topic, "member-4"))
-        four = wait_for(lambda: settled_ownership(admin, group, 4), 60, "a 4th member gets partitions")
+        four = wait_until(lambda: settled_ownership(admin, group, 4), "a 4th member gets partitions", 60)
         assert set(four.values()) == {"member-1", "member-2", "member-3", "member-4"}
 
         victim = members[1]
         lost = sorted(p for p, owner in four.items() if owner == victim.name)
         victim.kill()
         killed_at = time.monotonic()
-        after = wait_for(lambda: settled_ownership(admin, group, 3), SESSION_TIMEOUT_MS / 1000 + 20,
-                         "the killed member's partitions move")
+        after = wait_until(lambda: settled_ownership(admin, group, 3), "the killed member's partitions move",
+                           SESSION_TIMEOUT_MS / 1000 + 20)
         moved_after_s = time.monotonic() - killed_at
         assert victim.name not in after.values()
         assert {after[p] for p in lost} <= {"member-1", "member-3", "member-4"}
@@ -265,8 +255,8 @@ def test_three_then_four_members_share_six_partitions_and_survive_a_sigkill(clus
         producer.stop()
         ends = admin.log_end_offsets([(topic, p) for p in range(PARTITIONS)])
         assert sum(ends.values()) == producer.sent
-        wait_for(lambda: all(p.lag == 0 for p in admin.describe_group(group).partitions)
-                 and len(admin.describe_group(group).partitions) == PARTITIONS, 60, "the group catches up")
+        wait_until(lambda: all(p.lag == 0 for p in admin.describe_group(group).partitions)
+                   and len(admin.describe_group(group).partitions) == PARTITIONS, "the group catches up", 60)
     finally:
         producer.stopping.set()
         for member in members:
@@ -338,7 +328,7 @@ def test_auto_offset_reset_decides_where_a_group_without_offsets_starts(cluster)
         return message is not None and message.error() is not None and \
             message.error().code() == KafkaError._AUTO_OFFSET_RESET
 
-    wait_for(reset_error, 30, "auto.offset.reset=error reports the missing offset")
+    wait_until(reset_error, "auto.offset.reset=error reports the missing offset", 30)
     strict.close()
 
 
@@ -377,14 +367,14 @@ def test_a_static_member_restarting_within_its_session_keeps_its_partitions_with
         return bool(stays.assignment() and restarts.assignment() and stored and stored.record.state == "Stable"
                     and len(stored.record.members) == 2)
 
-    wait_for(both_assigned, 60, "two static members assigned")
+    wait_until(both_assigned, "two static members assigned", 60)
     before = store.read_group(group)
     kept = sorted(tp.partition for tp in restarts.assignment())
     # librdkafka sends no LeaveGroup for a static member: the coordinator keeps its place.
     restarts.close()
     again = _consumer(bootstrap, group, **{"group.instance.id": "restarts"})
     again.subscribe([topic])
-    wait_for(lambda: again.poll(0.1) is None and again.assignment(), 30, "restarted member assigned")
+    wait_until(lambda: again.poll(0.1) is None and again.assignment(), "restarted member assigned", 30)
     assert sorted(tp.partition for tp in again.assignment()) == kept
     after = store.read_group(group)
     assert after.record.generation == before.record.generation

@@ -13,6 +13,7 @@ from kafka.errors import NoOffsetForPartitionError
 
 from broker_core.metadata.store import MetadataStore
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
 
 PARTITIONS = 4
 GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500, "enable_auto_commit": False,
@@ -32,12 +33,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 def create_topic(stack: Any, name: str, partitions: int = PARTITIONS) -> str:
     MetadataStore(stack.aws).create_topic(name, partitions, 1)
-    deadline = time.monotonic() + 20
     consumer = KafkaConsumer(bootstrap_servers=stack.bootstrap_servers)
     try:
-        while (consumer.partitions_for_topic(name) or set()) != set(range(partitions)):
-            assert time.monotonic() < deadline, f"topic {name} not visible"
-            time.sleep(0.2)
+        wait_until(lambda: (consumer.partitions_for_topic(name) or set()) == set(range(partitions)),
+                   f"topic {name} visible", 20, interval_s=0.2)
     finally:
         consumer.close()
     return name
@@ -88,11 +87,8 @@ def settle(consumers: list[KafkaConsumer], timeout_s: float = 30) -> dict[str, s
     threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in consumers]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + timeout_s
     try:
-        while not settled():
-            assert time.monotonic() < deadline, f"the members never settled on a shared assignment: {seen}"
-            time.sleep(0.1)
+        wait_until(settled, lambda: f"the members settle on a shared assignment (they hold {seen})", timeout_s)
     finally:
         stop.set()
         for thread in threads:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import boto3
@@ -27,6 +26,7 @@ from broker_core.local_stack import STACK_FILE, LocalStack
 from broker_core.metadata.store import MetadataStore
 from broker_core.records.header import Compression, iter_headers
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
 from tiered_storage.manifest import ManifestStore
 
 pytestmark = pytest.mark.slow
@@ -37,14 +37,6 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 RECORDS_PER_CODEC = 300
 BASE_TIMESTAMP_MS = int(time.time() * 1000) - 3_600_000
 WAIT_S = 120.0
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def produce_in_every_codec(stack: LocalStack) -> int:
@@ -195,11 +187,13 @@ def test_spark_reads_exactly_the_rows_a_consumer_reads_in_the_same_order(spark: 
         wait_until(
             lambda: all(end > last_of_codecs[p] for p, end in tiered_end_offsets(stack, topic_id).items()),
             "the manifest to cover every record produced in the five codecs",
+            WAIT_S,
         )
         # Then until every sealed segment is tiered, so that nothing changes while the two sides read.
         wait_until(
             lambda: tiered_end_offsets(stack, topic_id) == active_segment_bases(stack),
             "the manifest to reach each partition's active segment",
+            WAIT_S,
         )
         ends = tiered_end_offsets(stack, topic_id)
         expected = consume(stack, ends)

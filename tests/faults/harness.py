@@ -49,6 +49,7 @@ from broker_core.metadata.store import MetadataStore
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.records import SimpleRecord, build_batch, iter_batches, iter_headers
 from broker_core.records.errors import RecordsError
+from tests.support import waiting
 from tests.support.stack import TEST_BROKER_OVERRIDES, running_stack
 
 TOPIC = "replicated"
@@ -158,13 +159,15 @@ class ContinuousProducer:
     def wait_for_more_acks(self, count: int = PROGRESS_RECORDS, timeout_s: float = HEAL_TIMEOUT_S) -> None:
         """Block until ``count`` more records are acknowledged than now; HarnessError if they are not."""
         target = len(self.acked) + count
-        deadline = time.monotonic() + timeout_s
-        while len(self.acked) < target:
-            if self.fatal_errors or time.monotonic() > deadline:
-                raise HarnessError(
-                    f"producer stalled: {len(self.acked)} acknowledged, wanted {target} within {timeout_s:.0f}s "
-                    f"(sent {self.sent}, failed {len(self.failed)}, fatal errors {self.fatal_errors})")
-            time.sleep(0.05)
+        try:
+            waiting.wait_until(lambda: len(self.acked) >= target or self.fatal_errors,
+                               f"{target} records acknowledged", timeout_s, interval_s=0.05)
+        except AssertionError:
+            pass  # reported below, with what the producer saw
+        if len(self.acked) < target:
+            raise HarnessError(
+                f"producer stalled: {len(self.acked)} acknowledged, wanted {target} within {timeout_s:.0f}s "
+                f"(sent {self.sent}, failed {len(self.failed)}, fatal errors {self.fatal_errors})")
 
     def stop(self, timeout_s: float = HEAL_TIMEOUT_S) -> int:
         """Stop writing and wait for outstanding deliveries; returns how many are still undelivered."""
@@ -456,10 +459,10 @@ class FaultCluster:
     def wait_until(self, what: str, condition: Callable[[], bool], timeout_s: float = HEAL_TIMEOUT_S) -> float:
         """Poll ``condition`` until it holds; returns the seconds waited, HarnessError after ``timeout_s``."""
         start = time.monotonic()
-        while not condition():
-            if time.monotonic() - start > timeout_s:
-                raise HarnessError(f"{what}: not reached within {timeout_s:.0f}s; partitions {self.partitions()}")
-            time.sleep(0.1)
+        try:
+            waiting.wait_until(condition, what, timeout_s)
+        except AssertionError as error:
+            raise HarnessError(f"{error}; partitions {self.partitions()}") from None
         return time.monotonic() - start
 
     def wait_for_full_isr(self, timeout_s: float = HEAL_TIMEOUT_S) -> None:
@@ -513,15 +516,17 @@ class FaultCluster:
                                    timeout_s: float = HEAL_TIMEOUT_S) -> bool:
         """Wait until every replica's log ends at its partition's high watermark; False on timeout
         (the replica comparison then reports how they differ)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def matched() -> bool:
             hws = high_watermarks()
             ends = {(p, b): log_end_offset_on_disk(self.stack.processes[b].data_dir / f"{TOPIC}-{p}")
                     for p in range(PARTITIONS) for b in self.stack.processes}
-            if all(ends[(p, b)] == hws[p] for p, b in ends):
-                return True
-            time.sleep(0.2)
-        return False
+            return all(ends[(p, b)] == hws[p] for p, b in ends)
+
+        try:
+            waiting.wait_until(matched, "every replica's log ends at its high watermark", timeout_s, interval_s=0.2)
+        except AssertionError:
+            return False
+        return True
 
     def finish(self, extra_acked: dict[bytes, tuple[int, int]] | None = None) -> Outcome:
         """Heal the cluster, show it takes writes, drain the producer, read everything back, stop the

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -29,6 +28,7 @@ from broker_core.metadata.store import MetadataStore
 from broker_core.protocol.api_keys import ApiKey
 from tests.broker_core.groups.raw_member import RawMember
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
 
 PARTITIONS = 4
 TOPIC = "payments"
@@ -37,17 +37,6 @@ CONSUMER_SETTINGS = {
     "group.id": GROUP, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "enable.auto.commit": False,
     "auto.offset.reset": "earliest", "partition.assignment.strategy": "cooperative-sticky",
 }
-
-
-def wait_for(condition: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s}s")
-        time.sleep(0.1)
 
 
 class ConsumingMember(threading.Thread):
@@ -131,8 +120,8 @@ def test_killing_the_coordinator_broker_moves_the_group_and_consumption_goes_on(
         return stored
 
     try:
-        wait_for(lambda: sum(len(m.records) for m in members) >= 200 and len(sample_commits()) == PARTITIONS,
-                 60, "the group consumes and commits through broker 3")
+        wait_until(lambda: sum(len(m.records) for m in members) >= 200 and len(sample_commits()) == PARTITIONS,
+                   "the group consumes and commits through broker 3", 60)
         assert store.read_group(GROUP).lease.holder == 3
 
         stack.kill_broker(3)
@@ -141,15 +130,15 @@ def test_killing_the_coordinator_broker_moves_the_group_and_consumption_goes_on(
             sample_commits()
             time.sleep(0.1)
 
-        new_holder = wait_for(lambda: (lambda g: g.lease.holder if g.lease.holder in (1, 2) else None)(
-            store.read_group(GROUP)), 60, "another broker takes the group's lease")
-        wait_for(lambda: admin.describe_group(GROUP).state == "Stable", 60, "the group is stable again")
+        new_holder = wait_until(lambda: (lambda g: g.lease.holder if g.lease.holder in (1, 2) else None)(
+            store.read_group(GROUP)), "another broker takes the group's lease", 60)
+        wait_until(lambda: admin.describe_group(GROUP).state == "Stable", "the group is stable again", 60)
         assert admin.describe_group(GROUP).coordinator == new_holder
         produce(100)
         ends = admin.log_end_offsets([(TOPIC, p) for p in range(PARTITIONS)])
         assert sum(ends.values()) == sent
-        wait_for(lambda: sample_commits() == {p: ends[(TOPIC, p)] for p in range(PARTITIONS)}, 60,
-                 "everything produced is committed")
+        wait_until(lambda: sample_commits() == {p: ends[(TOPIC, p)] for p in range(PARTITIONS)},
+                   "everything produced is committed", 60)
     finally:
         for member in members:
             member.stopping.set()
@@ -186,8 +175,8 @@ def test_a_broker_stopping_gracefully_hands_its_groups_over_at_once(tmp_path: Pa
         MetadataStore(two.aws).create_topic(TOPIC, 1, 1)
         member = RawMember(two, GROUP)
         assert member.find_coordinator(via=1).node_id == 1
-        wait_for(lambda: member.commit({(TOPIC, 0): 17}, generation=-1, member_id="") == {(TOPIC, 0): 0}, 20,
-                 "the topic is known and the commit lands")
+        wait_until(lambda: member.commit({(TOPIC, 0): 17}, generation=-1, member_id="") == {(TOPIC, 0): 0},
+                   "the topic is known and the commit lands", 20)
         member.close()
         two.kill_broker(1, signal.SIGTERM)
         # The lease was released, not left to lapse: broker 2 takes it on the first request.

@@ -10,6 +10,7 @@ from pathlib import Path
 from broker_core.local_stack import LocalStack
 from tests.functions.conftest import HTTP_STACK_OVERRIDES
 from tests.functions.http_api import HttpApi
+from tests.support.waiting import wait_until
 
 TIERED_CONFIGS = {"remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.bytes": "0"}
 
@@ -106,13 +107,15 @@ def test_offset_and_timestamp_together_are_refused(api: HttpApi, make_topic: Cal
 
 
 def wait_for_s3(api: HttpApi, topic: str, offset: int, timeout_s: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    body: dict = {}
+
+    def from_s3() -> dict | None:
+        nonlocal body
         body = api.get(f"/v1/topics/{topic}/partitions/0/records?offset={offset}&format=string").body
-        if body.get("source") == "s3":
-            return body
-        assert time.monotonic() < deadline, f"offset {offset} of {topic} was not tiered in {timeout_s}s: {body}"
-        time.sleep(0.3)
+        return body if body.get("source") == "s3" else None
+
+    return wait_until(from_s3, lambda: f"offset {offset} of {topic} tiered (last answer {body})", timeout_s,
+                      interval_s=0.3)
 
 
 def tiered_values(api: HttpApi, topic: str, start: int, end: int | None = None) -> list[tuple[int, str]]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from broker_core.client import FloeClient
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
 from tiered_storage.manifest import ManifestStore, RemoteSegment, SegmentState
 
 pytestmark = pytest.mark.slow
@@ -29,14 +28,6 @@ pytestmark = pytest.mark.slow
 TOPIC = "history"
 WAIT_S = 120.0
 EARLIEST = -2
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def create_topic(stack: LocalStack, configs: dict[str, str]) -> str:
@@ -102,8 +93,8 @@ def test_remote_fetch_kcat_read_after_local_segments_were_deleted_gets_every_rec
         values = [f"record-{i:06d}-".encode() * 8 for i in range(6000)]
         produce(stack, values)
         manifest = ManifestStore(stack.aws)
-        wait_until(lambda: len(finished_rows(manifest, topic_id)) >= 3, "three tiered segments")
-        wait_until(lambda: local_base_offsets(stack)[0] > 0, "local segments to be deleted")
+        wait_until(lambda: len(finished_rows(manifest, topic_id)) >= 3, "three tiered segments", WAIT_S)
+        wait_until(lambda: local_base_offsets(stack)[0] > 0, "local segments to be deleted", WAIT_S)
 
         rows = finished_rows(manifest, topic_id)
         assert rows[0].base_offset == 0
@@ -156,7 +147,7 @@ def test_killed_mid_upload_the_restarted_broker_loses_nothing_and_commits_each_o
             started[:] = manifest.list_segments(topic_id, 0, SegmentState.COPY_STARTED)
             return bool(started)
 
-        wait_until(an_upload_is_in_flight, "an upload to start")
+        wait_until(an_upload_is_in_flight, "an upload to start", WAIT_S, interval_s=0.05)
         stack.kill_broker(1, signal.SIGKILL)
         started_ids = {row.segment_id for row in started}
         interrupted = [
@@ -170,8 +161,9 @@ def test_killed_mid_upload_the_restarted_broker_loses_nothing_and_commits_each_o
         wait_until(
             lambda: len(finished_rows(manifest, topic_id)) >= segments_to_tier,
             "every sealed segment to be tiered",
+            WAIT_S,
         )
-        wait_until(lambda: local_base_offsets(stack)[0] > 0, "local segments to be deleted")
+        wait_until(lambda: local_base_offsets(stack)[0] > 0, "local segments to be deleted", WAIT_S)
 
         rows = manifest.list_segments(topic_id, 0, list(SegmentState))
         finished = [r for r in rows if r.state is SegmentState.COPY_FINISHED]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,6 +15,7 @@ from broker_core.metadata.store import MetadataStore
 from broker_core.protocol.api_keys import ApiKey
 from tests.broker_core.groups.raw_member import RawMember
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
 
 GROUP_OVERRIDES = {
     "group.initial.rebalance.delay.ms": "0",
@@ -35,17 +35,16 @@ def group_topic(group_stack: LocalStack) -> str:
     """A 4-partition topic that exists before any group test commits offsets for it."""
     name = "group-test-topic"
     MetadataStore(group_stack.aws).create_topic(name, 4, 1)
-    deadline = time.monotonic() + 20
     connection = BlockingConnection("127.0.0.1", group_stack.processes[1].port)
+
+    def known_with_four_partitions() -> bool:
+        response = connection.request(ApiKey.METADATA, {"topics": [{"name": name}], "allow_auto_topic_creation": False,
+                                                        "include_cluster_authorized_operations": False,
+                                                        "include_topic_authorized_operations": False}, 9)
+        return response.topics[0].error_code == 0 and len(response.topics[0].partitions) == 4
+
     try:
-        while time.monotonic() < deadline:
-            response = connection.request(ApiKey.METADATA, {"topics": [{"name": name}],
-                                                             "allow_auto_topic_creation": False,
-                                                             "include_cluster_authorized_operations": False,
-                                                             "include_topic_authorized_operations": False}, 9)
-            if response.topics[0].error_code == 0 and len(response.topics[0].partitions) == 4:
-                break
-            time.sleep(0.1)
+        wait_until(known_with_four_partitions, f"broker 1 knows {name} with 4 partitions", 20)
     finally:
         connection.close()
     return name

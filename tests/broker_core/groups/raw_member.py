@@ -174,14 +174,3 @@ class RawMember:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
-
-
-def wait_until(condition: Any, timeout_s: float = 15.0, interval_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        time.sleep(interval_s)

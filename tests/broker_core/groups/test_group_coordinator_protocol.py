@@ -12,8 +12,8 @@ from tests.broker_core.groups.raw_member import (
     MEMBER_ID_REQUIRED,
     NONE,
     RawMember,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID = 22, 25, 27, 82
 NOT_COORDINATOR, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT = 16, 23, 26
@@ -27,7 +27,7 @@ def form_group(first: RawMember, second: RawMember, in_background) -> tuple:
     assert first.join().error_code == NONE
     assert first.sync({first.member_id: b"a"}).error_code == NONE
     second_join = in_background(second.join)
-    wait_until(lambda: first.heartbeat().error_code == REBALANCE_IN_PROGRESS)
+    wait_until(lambda: first.heartbeat().error_code == REBALANCE_IN_PROGRESS, "the first member told to rebalance", 15)
     first_answer = first.join()
     second_answer = second_join.result(timeout=15)
     assert first_answer.error_code == second_answer.error_code == NONE
@@ -112,7 +112,8 @@ def test_a_new_member_makes_the_others_rebalance_into_a_new_generation(members, 
     generation = first.generation
     assert first.sync({first.member_id: b"all"}).error_code == NONE
     second_join = in_background(second.join)
-    assert wait_until(lambda: first.heartbeat().error_code == REBALANCE_IN_PROGRESS)
+    assert wait_until(lambda: first.heartbeat().error_code == REBALANCE_IN_PROGRESS,
+                      "the first member told to rebalance", 15)
     assert first.sync(generation=generation).error_code == REBALANCE_IN_PROGRESS
     assert first.join().error_code == NONE
     assert second_join.result(timeout=15).error_code == NONE
@@ -142,7 +143,8 @@ def test_a_member_that_stops_heartbeating_is_removed_after_its_session_timeout(m
     first, second = members(), members()
     settle(first, second, form_group(first, second, in_background), in_background)
     # The second member goes silent; the first keeps heartbeating until it is told to rebalance.
-    assert wait_until(lambda: first.heartbeat().error_code == REBALANCE_IN_PROGRESS, timeout_s=20)
+    assert wait_until(lambda: first.heartbeat().error_code == REBALANCE_IN_PROGRESS,
+                      "the first member told to rebalance", 20)
     joined = first.join()
     assert joined.error_code == NONE
     assert [m.member_id for m in joined.members] == [first.member_id]
@@ -313,4 +315,4 @@ def test_offsets_committed_with_a_retention_expire_only_once_the_group_is_empty(
         member.close()  # once the group is forgotten its coordinator may change
         return member.fetch([(group_topic, 0)]).topics[0].partitions[0].committed_offset == -1
 
-    wait_until(expired)
+    wait_until(expired, "the committed offset expires once the group is empty", 15)

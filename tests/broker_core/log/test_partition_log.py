@@ -444,12 +444,19 @@ def test_a_slice_stays_readable_after_retention_deletes_its_segment(tmp_path: Pa
 
 
 def test_retired_segments_are_unlinked_after_the_file_delete_delay(tmp_path: Path) -> None:
-    log = open_log(tmp_path, segment_bytes=1000, retention_ms=1, file_delete_delay_ms=50)
+    monotonic_s = [1000.0]
+    log = PartitionLog.open(
+        tmp_path / "topic-0",
+        LogConfig(segment_bytes=1000, retention_ms=1, file_delete_delay_ms=50),
+        topic="topic",
+        partition=0,
+        monotonic_clock=lambda: monotonic_s[0],
+    )
     fill(log, 9)
     log.enforce_retention(now_ms=NOW + 10**6)
     directory = tmp_path / "topic-0"
     assert list(directory.glob("*.deleted"))
-    time.sleep(0.06)
+    monotonic_s[0] += 0.06
     log.delete_expired_segments()
     assert not list(directory.glob("*.deleted"))
     log.close()

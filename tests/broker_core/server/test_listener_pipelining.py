@@ -12,7 +12,6 @@ import asyncio
 import datetime
 import os
 import signal
-import time
 
 import psutil
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -25,6 +24,7 @@ from broker_core.records import SimpleRecord, build_batch
 from broker_core.server.listener import MAX_PIPELINED_PRODUCES
 from tests.faults.harness import produce_outcome, send_produce
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until, wait_until_async
 
 REQUESTS = 20
 
@@ -34,10 +34,8 @@ def create_in_sync_topic(stack, topic: str) -> int:
     admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
     admin.create_topics([NewTopic(topic, 1, 2, config={"min.insync.replicas": "2"})])[topic].result(timeout=60)
     store = MetadataStore(stack.aws)
-    deadline = time.monotonic() + 60
-    while len(store.get_partition(topic, 0).isr) < 2 or store.get_partition(topic, 0).leader < 0:
-        assert time.monotonic() < deadline, "the topic never had two in-sync replicas"
-        time.sleep(0.1)
+    wait_until(lambda: len(store.get_partition(topic, 0).isr) >= 2 and store.get_partition(topic, 0).leader >= 0,
+               "the topic has two in-sync replicas", 60)
     return store.get_partition(topic, 0).leader
 
 
@@ -103,10 +101,9 @@ def test_produces_waiting_for_acks_all_do_not_keep_their_records_in_the_leaders_
                                for _ in range(MAX_PIPELINED_PRODUCES)]
                     log_dir = stack.processes[leader].data_dir / "held-0"
                     appended = len(records) * (1 + MAX_PIPELINED_PRODUCES)
-                    deadline = time.monotonic() + 60
-                    while sum(f.stat().st_size for f in log_dir.glob("*.log")) < appended:
-                        assert time.monotonic() < deadline, "the leader never appended the pipelined requests"
-                        await asyncio.sleep(0.05)
+                    await wait_until_async(
+                        lambda: sum(f.stat().st_size for f in log_dir.glob("*.log")) >= appended,
+                        "the leader appends the pipelined requests", 60, interval_s=0.05)
                     assert not any(f.done() for f in waiting), "a request was answered before its follower fetched"
                     during = leader_process.memory_info().rss
                 finally:

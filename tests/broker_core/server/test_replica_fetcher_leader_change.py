@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
-from collections.abc import Callable
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
@@ -24,15 +22,9 @@ from broker_core.metadata.store import MetadataStore
 from broker_core.protocol.api_keys import ApiKey
 from tests.faults.harness import produce_directly
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
 
 PATIENCE_S = 60.0
-
-
-def wait_for(what: str, condition: Callable[[], bool], timeout_s: float = PATIENCE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:.0f}s"
-        time.sleep(0.1)
 
 
 def produce_acks_all(stack: LocalStack, broker_id: int, topic: str, partition: int, value: bytes,
@@ -76,14 +68,14 @@ def test_followers_find_the_new_leader_after_a_leader_dies_without_a_metadata_po
         admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[topic].result(timeout=60)
         for broker_id in stack.processes:
             ask_about_topic(stack, broker_id, topic)
-        wait_for("every replica in sync", lambda: in_sync(store, topic))
+        wait_until(lambda: in_sync(store, topic), "every replica in sync", PATIENCE_S)
         controller = ControllerLease(store).current().holder
         doomed = next(p for p in store.get_partitions(topic) if p.leader != controller)
         assert produce_acks_all(stack, doomed.leader, topic, doomed.partition, b"before", 10_000) == ErrorCode.none
 
         stack.kill_broker(doomed.leader, signal.SIGKILL)
-        wait_for("a new leader elected", lambda: store.get_partition(topic, doomed.partition).leader
-                 not in (-1, doomed.leader))
+        wait_until(lambda: store.get_partition(topic, doomed.partition).leader not in (-1, doomed.leader),
+                   "a new leader elected", PATIENCE_S)
         new_leader = store.get_partition(topic, doomed.partition).leader
 
         outcomes: list[ErrorCode] = []
@@ -92,7 +84,7 @@ def test_followers_find_the_new_leader_after_a_leader_dies_without_a_metadata_po
             outcomes.append(produce_acks_all(stack, new_leader, topic, doomed.partition, b"after", 5_000))
             return outcomes[-1] == ErrorCode.none
 
-        wait_for("an acks=all write acknowledged by the new leader", acknowledged)
+        wait_until(acknowledged, "an acks=all write acknowledged by the new leader", PATIENCE_S)
         after = store.get_partition(topic, doomed.partition)
         assert after.leader == new_leader and after.leader_epoch > doomed.leader_epoch
         assert doomed.leader not in after.isr
@@ -104,10 +96,10 @@ def test_a_partition_joining_a_fetcher_is_replicated_while_a_long_poll_is_out(tm
         store = MetadataStore(stack.aws)
         admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
         admin.create_topics([NewTopic("idle", 2, 2)])["idle"].result(timeout=60)
-        wait_for("the idle topic in sync", lambda: in_sync(store, "idle"))
+        wait_until(lambda: in_sync(store, "idle"), "the idle topic in sync", PATIENCE_S)
         # Both followers now hold a long poll on idle partitions, which nobody writes to.
         admin.create_topics([NewTopic("joining", 2, 2, config={"min.insync.replicas": "2"})])["joining"].result(
             timeout=60)
-        wait_for("the joining topic in sync", lambda: in_sync(store, "joining"))
+        wait_until(lambda: in_sync(store, "joining"), "the joining topic in sync", PATIENCE_S)
         for state in store.get_partitions("joining"):
             assert produce_acks_all(stack, state.leader, "joining", state.partition, b"x", 20_000) == ErrorCode.none

@@ -6,7 +6,6 @@ import datetime
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -27,6 +26,7 @@ from tests.emr_jobs.tiered_log import (
     write_log,
 )
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
 from tiered_storage.manifest import ManifestStore
 
 HOUR_MS = 3_600_000
@@ -87,10 +87,8 @@ def test_the_documented_local_command_runs_against_a_local_stack(tmp_path: Path)
         assert producer.flush(60) == 0
         topic_id = MetadataStore(stack.aws).get_topic("pageviews").topic_id
         manifest = ManifestStore(stack.aws)
-        deadline = time.monotonic() + 120
-        while not all(manifest.list_segments(topic_id, p) for p in (0, 1)):
-            assert time.monotonic() < deadline, "nothing was tiered"
-            time.sleep(0.2)
+        wait_until(lambda: all(manifest.list_segments(topic_id, p) for p in (0, 1)),
+                   "a tiered segment in each partition", 120, interval_s=0.2)
         def tiered_ends() -> dict[int, int]:
             return {p: manifest.list_segments(topic_id, p)[-1].end_offset + 1 for p in (0, 1)}
 

@@ -1,0 +1,182 @@
+"""What an append writes, decided before a byte of it reaches a segment (sans-I/O).
+
+`PartitionLog.append` and `append_as_follower` hand their input to this module first: every batch
+is checked (header, max.message.bytes, CRC-32C) and, for a leader append, given its offsets and
+leader epoch as patched copies of its first bytes; for a follower append, checked for contiguous
+offsets and non-decreasing leader epochs. Any failure raises before the log is touched, so nothing
+partial is ever written. The result lists the buffers to write and the per-batch facts the segment
+indexes; the caller picks the segment and writes them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from broker_core.records.errors import CorruptBatchError
+from broker_core.records.header import (
+    OUTSIDE_CRC_PREFIX,
+    BatchHeader,
+    TimestampType,
+    parse_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    verify_crc,
+)
+
+from .errors import LeaderEpochOutOfOrderError, OffsetsOutOfOrderError, RecordTooLargeError
+from .segment import AppendedBatch
+
+Buffer = bytes | bytearray | memoryview
+
+
+class AppendInfo(NamedTuple):
+    """What an append wrote: offsets ``base_offset``..``last_offset`` in ``num_batches`` batches.
+
+    ``log_append_time`` is the time stamped into LogAppendTime batches, -1 for CreateTime.
+    ``offset_of_max_timestamp`` is the last offset of the first batch carrying ``max_timestamp``.
+    An empty append writes nothing and reports ``last_offset = base_offset - 1``.
+    """
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    num_batches: int
+    size_bytes: int
+
+
+def empty_append(log_end_offset: int) -> AppendInfo:
+    """The report of an append that carried no batch: nothing written at the log end."""
+    return AppendInfo(log_end_offset, log_end_offset - 1, -1, -1, -1, 0, 0)
+
+
+def validate_batches(records: Buffer, max_message_bytes: int) -> tuple[memoryview, list[tuple[int, BatchHeader]]]:
+    """Check every batch (header, size limit, CRC) of ``records``; return the bytes and (position, header) of each."""
+    view = memoryview(records).cast("B")
+    batches = []
+    position = 0
+    end = len(view)
+    while position < end:
+        header = parse_header(view, position)
+        if header.size > max_message_bytes:
+            raise RecordTooLargeError(size=header.size, max_size=max_message_bytes, position=position)
+        verify_crc(view, header, position)
+        batches.append((position, header))
+        position += header.size
+    return view, batches
+
+
+class LeaderAppend(NamedTuple):
+    """A leader append ready to write: ``parts`` back to back are the batches with their offsets assigned."""
+
+    parts: list[bytearray | memoryview]
+    batches: list[AppendedBatch]
+    info: AppendInfo
+
+
+def prepare_leader_append(
+    view: memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    *,
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time: int,
+) -> LeaderAppend:
+    """Assign offsets from ``base_offset`` and stamp ``leader_epoch`` (and ``log_append_time`` when >= 0).
+
+    The input is not modified: each batch becomes a patched copy of its first bytes (baseOffset,
+    batchLength, partitionLeaderEpoch) followed by the rest of it as given. With a LogAppendTime the
+    timestamp type, max timestamp and CRC change too, so those batches are copied whole. Raises
+    CorruptBatchError when a batch's record count does not match its offset range.
+    """
+    # The patched copies are private until written, so a check failing halfway through leaves
+    # nothing behind.
+    parts: list[bytearray | memoryview] = []
+    described: list[AppendedBatch] = []
+    next_offset = base_offset
+    max_timestamp, offset_of_max = -1, -1
+    for position, header in batches:
+        if header.records_count != header.last_offset_delta + 1:
+            raise CorruptBatchError(
+                f"record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}",
+                position=position,
+            )
+        end = position + header.size
+        head = bytearray(view[position:end if log_append_time >= 0 else position + OUTSIDE_CRC_PREFIX])
+        set_base_offset(head, 0, next_offset)
+        set_partition_leader_epoch(head, 0, leader_epoch)
+        parts.append(head)
+        last_offset = next_offset + header.last_offset_delta
+        if log_append_time >= 0:
+            set_log_append_time(head, 0, header.size, log_append_time)
+            batch_max_timestamp = log_append_time
+        else:
+            parts.append(view[position + OUTSIDE_CRC_PREFIX:end])
+            batch_max_timestamp = header.max_timestamp
+        if batch_max_timestamp > max_timestamp:
+            max_timestamp, offset_of_max = batch_max_timestamp, last_offset
+        described.append((position, header.size, last_offset, batch_max_timestamp))
+        next_offset = last_offset + 1
+    info = AppendInfo(
+        base_offset, next_offset - 1, log_append_time, max_timestamp, offset_of_max, len(batches), len(view)
+    )
+    return LeaderAppend(parts, described, info)
+
+
+class FollowerAppend(NamedTuple):
+    """A follower append ready to write as given, with the leader epochs it starts (epoch, start offset)."""
+
+    batches: list[AppendedBatch]
+    new_epochs: list[tuple[int, int]]
+    info: AppendInfo
+
+
+def check_follower_append(
+    view: memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    *,
+    log_end_offset: int,
+    latest_epoch: int | None,
+    topic: str,
+    partition: int,
+) -> FollowerAppend:
+    """Check replicated ``batches`` (non-empty) against the log end and the latest leader epoch.
+
+    The first batch must start at or above ``log_end_offset`` and each next one where the previous
+    ended, else OffsetsOutOfOrderError; epochs must not go back, else LeaderEpochOutOfOrderError.
+    """
+    expected = log_end_offset
+    new_epochs: list[tuple[int, int]] = []
+    described: list[AppendedBatch] = []
+    max_timestamp, offset_of_max = -1, -1
+    for position, header in batches:
+        if header.base_offset < expected or (position and header.base_offset != expected):
+            raise OffsetsOutOfOrderError(
+                topic=topic,
+                partition=partition,
+                offset=header.base_offset,
+                expected_offset=expected,
+            )
+        epoch = header.partition_leader_epoch
+        if latest_epoch is not None and epoch < latest_epoch:
+            raise LeaderEpochOutOfOrderError(topic=topic, partition=partition, epoch=epoch, latest_epoch=latest_epoch)
+        if epoch >= 0 and epoch != latest_epoch:
+            new_epochs.append((epoch, header.base_offset))
+            latest_epoch = epoch
+        if header.max_timestamp > max_timestamp:
+            max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+        described.append((position, header.size, header.last_offset, header.max_timestamp))
+        expected = header.next_offset
+    first_header = batches[0][1]
+    info = AppendInfo(
+        base_offset=first_header.base_offset,
+        last_offset=expected - 1,
+        log_append_time=max_timestamp if first_header.timestamp_type is TimestampType.LOG_APPEND_TIME else -1,
+        max_timestamp=max_timestamp,
+        offset_of_max_timestamp=offset_of_max,
+        num_batches=len(batches),
+        size_bytes=len(view),
+    )
+    return FollowerAppend(described, new_epochs, info)
