@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import decode_request, encode_request, encode_response
 from broker_core.protocol.messages import build_entity, request_class, response_class
 from broker_core.protocol.replica_fetch import (
@@ -38,7 +39,7 @@ def test_the_request_is_the_bytes_kio_would_send(correlation_id: int, client_id:
                                                  topics: dict[str, list[FetchPosition]]) -> None:
     ours = encode_replica_fetch(correlation_id, client_id, replica_id=replica_id, max_wait_ms=max_wait_ms,
                                 min_bytes=min_bytes, max_bytes=max_bytes, topics=topics)
-    kio_request = build_entity(request_class(1, 12), {
+    kio_request = build_entity(request_class(ApiKey.FETCH, 12), {
         "replica_id": replica_id, "max_wait": datetime.timedelta(milliseconds=max_wait_ms), "min_bytes": min_bytes,
         "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
         "topics": [{"topic": name, "partitions": [
@@ -47,7 +48,7 @@ def test_the_request_is_the_bytes_kio_would_send(correlation_id: int, client_id:
              "partition_max_bytes": p.partition_max_bytes} for p in ps]} for name, ps in topics.items()],
         "forgotten_topics_data": [], "rack_id": "",
     })
-    assert ours == encode_request(1, 12, correlation_id, client_id, kio_request)
+    assert ours == encode_request(ApiKey.FETCH, 12, correlation_id, client_id, kio_request)
     assert decode_request(ours[4:]).body == kio_request  # and the broker reads it back as sent
 
 
@@ -75,11 +76,11 @@ def partition_data(draw: st.DrawFn) -> dict[str, Any]:
     st.tuples(topic_names, st.lists(partition_data(), max_size=4)), max_size=4))
 def test_the_response_parses_to_what_kio_decodes(correlation_id: int, error_code: ErrorCode,
                                                  topics: list[tuple[str, list[dict[str, Any]]]]) -> None:
-    response = build_entity(response_class(1, 12), {
+    response = build_entity(response_class(ApiKey.FETCH, 12), {
         "throttle_time": datetime.timedelta(0), "error_code": error_code, "session_id": 0,
         "responses": [{"topic": name, "partitions": parts} for name, parts in topics],
     })
-    frame = b"".join(encode_response(1, 12, correlation_id, response))[4:]
+    frame = b"".join(encode_response(ApiKey.FETCH, 12, correlation_id, response))[4:]
     parsed_id, parsed_error, parsed = parse_fetch_response(frame)
     assert (parsed_id, parsed_error) == (correlation_id, error_code)
     expected = [(name, p["partition_index"], p["error_code"], p["high_watermark"], p["log_start_offset"], p["records"])
@@ -91,11 +92,11 @@ def test_the_response_parses_to_what_kio_decodes(correlation_id: int, error_code
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_a_cut_or_overlong_response_is_a_format_error_never_a_wrong_answer(data: st.DataObject) -> None:
-    response = build_entity(response_class(1, 12), {
+    response = build_entity(response_class(ApiKey.FETCH, 12), {
         "throttle_time": datetime.timedelta(0), "error_code": ErrorCode.none, "session_id": 0,
         "responses": [{"topic": "t", "partitions": [data.draw(partition_data())]}],
     })
-    frame = b"".join(encode_response(1, 12, 7, response))[4:]
+    frame = b"".join(encode_response(ApiKey.FETCH, 12, 7, response))[4:]
     cut = data.draw(st.integers(0, len(frame) - 1))
     with pytest.raises(ReplicaFetchFormatError):
         parse_fetch_response(frame[:cut])

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.static.primitive import Records, i64Timedelta
 
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import (
     DEFAULT_MAX_FRAME_BYTES,
     FrameDecoder,
@@ -103,10 +104,10 @@ def test_every_supported_request_survives_encode_and_decode(request: tuple[int, 
 
 @pytest.mark.parametrize("retention_ms", [I64_MILLIS_DECODED + 1, 2**63 - 1, -(2**63)])
 def test_a_duration_beyond_what_decodes_is_an_invalid_request(retention_ms: int) -> None:
-    body = build_entity(request_class(8, 2), {
+    body = build_entity(request_class(ApiKey.OFFSET_COMMIT, 2), {
         "group_id": "g", "generation_id_or_member_epoch": 1, "member_id": "m",
         "retention_time": datetime.timedelta(0), "topics": []})
-    frame = bytearray(encode_request(8, 2, 77, "c", body)[4:])
+    frame = bytearray(encode_request(ApiKey.OFFSET_COMMIT, 2, 77, "c", body)[4:])
     # The body starts after the header (api key, version, correlation id, client id "c") with the
     # group id "g" (int16 length), the generation and member id "m"; retention_time follows them.
     at = 8 + 2 + 1 + 2 + 1 + 4 + 2 + 1
@@ -277,7 +278,7 @@ def test_a_buffer_still_referenced_through_a_slice_is_not_reused() -> None:
 
 def test_a_large_produce_request_received_in_place_decodes_like_its_bytes() -> None:
     records = build_batch([SimpleRecord(key=b"k%d" % i, value=bytes([i]) * 1000) for i in range(200)])
-    frame = encode_request(0, 9, 41, "in-place", build_entity(request_class(0, 9), {
+    frame = encode_request(ApiKey.PRODUCE, 9, 41, "in-place", build_entity(request_class(ApiKey.PRODUCE, 9), {
         "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=1),
         "topic_data": [{"name": "t", "partition_data": [{"index": 3, "records": records}]}]}))
     received = receive_whole(FrameDecoder(), frame, most_per_recv=8192)  # a socket handing over 8 KiB at a time
