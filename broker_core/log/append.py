@@ -52,8 +52,22 @@ def empty_append(log_end_offset: int) -> AppendInfo:
     return AppendInfo(log_end_offset, log_end_offset - 1, -1, -1, -1, 0, 0)
 
 
-def validate_batches(records: Buffer, max_message_bytes: int) -> tuple[memoryview, list[tuple[int, BatchHeader]]]:
-    """Check every batch (header, size limit, CRC) of ``records``; return the bytes and (position, header) of each."""
+class ValidatedBatches(NamedTuple):
+    """Batches that passed `validate_batches`: their bytes and the (position, header) of each, in order.
+
+    The partition's producer-state checks read the headers from here, so a request's batch headers
+    are parsed once on the way to the log.
+    """
+
+    view: memoryview
+    batches: list[tuple[int, BatchHeader]]
+
+    def headers(self) -> list[BatchHeader]:
+        return [header for _, header in self.batches]
+
+
+def validate_batches(records: Buffer, max_message_bytes: int) -> ValidatedBatches:
+    """Check every batch (header, size limit, CRC) of ``records``, first to last; raise on the first bad one."""
     view = memoryview(records).cast("B")
     batches = []
     position = 0
@@ -65,7 +79,7 @@ def validate_batches(records: Buffer, max_message_bytes: int) -> tuple[memoryvie
         verify_crc(view, header, position)
         batches.append((position, header))
         position += header.size
-    return view, batches
+    return ValidatedBatches(view, batches)
 
 
 class LeaderAppend(NamedTuple):

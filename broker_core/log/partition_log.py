@@ -22,6 +22,7 @@ from broker_core.records.header import TimestampType
 
 from .append import (
     AppendInfo,
+    ValidatedBatches,
     check_follower_append,
     empty_append,
     prepare_leader_append,
@@ -213,8 +214,13 @@ class PartitionLog:
 
     # ---------------------------------------------------------------- appending
 
+    def validate(self, records: bytes | bytearray | memoryview) -> ValidatedBatches:
+        """Check every batch of ``records`` as an append would (header, max.message.bytes, CRC-32C)."""
+        return validate_batches(records, self._max_message_bytes)
+
     def append(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None
+        self, records: bytes | bytearray | memoryview | ValidatedBatches, *, leader_epoch: int = 0,
+        now_ms: int | None = None,
     ) -> AppendInfo:
         """Append a produce request's batches as leader: assign offsets from the log end and stamp ``leader_epoch``.
 
@@ -223,8 +229,9 @@ class PartitionLog:
         batch goes to the file as a patched copy of its first bytes (baseOffset, batchLength,
         partitionLeaderEpoch) followed by the rest of it as given. On a LogAppendTime topic the
         timestamp type, max timestamp and CRC change too, so those batches are copied whole.
+        ``records`` may be the result of `validate`, which is then not repeated.
         """
-        view, batches = validate_batches(records, self._max_message_bytes)
+        view, batches = records if isinstance(records, ValidatedBatches) else self.validate(records)
         now = wall_clock_ms() if now_ms is None else now_ms
         latest_epoch = self.leader_epochs.latest_epoch
         if latest_epoch is not None and leader_epoch < latest_epoch:
@@ -250,16 +257,17 @@ class PartitionLog:
         return info
 
     def append_as_follower(
-        self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None
+        self, records: bytes | bytearray | memoryview | ValidatedBatches, *, now_ms: int | None = None
     ) -> AppendInfo:
         """Append replicated batches as they are: offsets and leader epochs come from the leader.
 
         The first batch must start at or above the log end (above it, a new segment starts there) and
         each next batch where the previous one ended, else OffsetsOutOfOrderError; leader epochs must
         not go back, else LeaderEpochOutOfOrderError. Each new epoch is added to the leader-epoch
-        cache at its first batch. Nothing is written if any check fails.
+        cache at its first batch. Nothing is written if any check fails. ``records`` may be the
+        result of `validate`, which is then not repeated.
         """
-        view, batches = validate_batches(records, self._max_message_bytes)
+        view, batches = records if isinstance(records, ValidatedBatches) else self.validate(records)
         now = wall_clock_ms() if now_ms is None else now_ms
         log_end_offset = self.log_end_offset
         if not batches:

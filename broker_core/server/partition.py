@@ -24,8 +24,6 @@ from broker_core.log.config import LogConfig
 from broker_core.log.errors import CorruptCheckpointError
 from broker_core.log.partition_log import AppendInfo, PartitionLog
 from broker_core.log.producer_state import OutOfOrderSequenceError, ProducerState
-from broker_core.records.errors import RecordsError
-from broker_core.records.header import iter_headers
 
 _WAITER_NUMBERS = itertools.count()
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -167,14 +165,10 @@ class Partition:
     def append_as_leader(self, records: bytes) -> AppendInfo:
         """Append a produce request's batches, answering an idempotent producer's retry with the
         offsets its batch got the first time instead of writing it again."""
-        try:
-            headers = [h for _, h in iter_headers(records)]
-        except RecordsError:
-            # Name the first bad batch, as Kafka does: a batch whose CRC fails is reported before a
-            # malformed one behind it (whose "header" may be the first batch's cut-off tail).
-            for _ in iter_headers(records, check_crc=True):
-                pass
-            raise
+        # Validated first, as Kafka's LogValidator runs before its producer-state checks; the first
+        # bad batch is the one named. The headers parsed here serve the duplicate check and the append.
+        validated = self.log.validate(records)
+        headers = validated.headers()
         duplicate = None
         for header in headers:
             found = self.producers.find_duplicate(header)
@@ -186,7 +180,7 @@ class Partition:
                 duplicate = found
         if duplicate is not None:
             return AppendInfo(duplicate.base_offset, duplicate.last_offset, -1, -1, -1, 0, 0)
-        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        info = self.log.append(validated, leader_epoch=self.leader_epoch)
         base = info.base_offset
         for header in headers:
             self.producers.record(header, base)
@@ -195,8 +189,9 @@ class Partition:
         return info
 
     def append_as_follower(self, records: bytes) -> AppendInfo:
-        info = self.log.append_as_follower(records)
-        self.producers.record_all(h for _, h in iter_headers(records))
+        validated = self.log.validate(records)
+        info = self.log.append_as_follower(validated)
+        self.producers.record_all(validated.headers())
         return info
 
     def truncate_to(self, offset: int) -> None:
