@@ -33,8 +33,11 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from broker_core.groups.admin import GroupAdmin
 from broker_core.groups.store import GroupStore
 from broker_core.metadata.store import MetadataStore
+from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MEMBER_MODULE = ".".join(Path(__file__).resolve().relative_to(REPO_ROOT).with_suffix("").parts)
 PARTITIONS = 6
 SESSION_TIMEOUT_MS = 6000
 CONSUMER_DEFAULTS = {
@@ -103,9 +106,11 @@ class MemberProcess:
     def __init__(self, bootstrap: str, group: str, topic: str, name: str) -> None:
         self.name = name
         self.events: list[dict[str, Any]] = []
+        # Run as a module from the repository root, so the member imports this file's package as the tests do.
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--bootstrap", bootstrap, "--group", group, "--topic", topic, "--name", name],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            [sys.executable, "-m", MEMBER_MODULE, "--bootstrap", bootstrap, "--group", group, "--topic", topic,
+             "--name", name],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO_ROOT,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -204,9 +209,6 @@ def settled_ownership(admin: Any, group: str, members: int) -> dict[int, str] | 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Any]:
-    # Imported here: this file also runs as the member script, where the tests package is not importable.
-    from tests.support.stack import running_stack
-
     with running_stack(tmp_path, brokers=1, overrides={"group.initial.rebalance.delay.ms": "0"}) as stack:
         store = MetadataStore(stack.aws)
 
