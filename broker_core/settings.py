@@ -270,6 +270,17 @@ def describe_topic_configs(
     ]
 
 
+def describe_broker_configs(overrides: Mapping[str, str], keys: set[str] | None) -> list[ConfigEntry]:
+    """The public broker settings and every override (or those named in ``keys``), by name, with their source."""
+    entries = []
+    for name in sorted(set(BROKER_DEFAULTS) | set(overrides)):
+        if keys is not None and name not in keys:
+            continue
+        source = SOURCE_STATIC_BROKER if name in overrides else SOURCE_DEFAULT
+        entries.append(ConfigEntry(name, broker_setting(overrides, name), source))
+    return entries
+
+
 def markdown_reference() -> str:
     """docs/configuration.md, generated from the declarations above (`python -m broker_core.settings`)."""
     lines = [

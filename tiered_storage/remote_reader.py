@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker_core.log.errors import OffsetOutOfRangeError
+from broker_core.protocol.messages import EARLIEST_TIMESTAMP
 from broker_core.records.batch import decode_batch
 from broker_core.records.errors import RecordsError
 from broker_core.records.header import (
@@ -49,7 +50,6 @@ from tiered_storage.uploader import TieredPartition
 
 log = logging.getLogger(__name__)
 
-EARLIEST_TIMESTAMP = -2
 MIB = 1024 * 1024
 _TIMESTAMP_SCAN_BYTES = 256 * 1024
 

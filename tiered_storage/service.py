@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 
 from broker_core.metadata.errors import MetadataError
 from broker_core.server.remote_reads import RemoteStorageError
-from broker_core.settings import int_setting as tiering_setting
 from tiered_storage.manifest import ManifestError, ManifestStore
 from tiered_storage.object_store import ObjectStoreError, SegmentObjectStore, UploadTuning
 from tiered_storage.remote_reader import RemoteLogReader
@@ -62,29 +61,27 @@ class TieringService:
 
     def __init__(self, context: BrokerContext) -> None:
         self.context = context
-        overrides = context.config.overrides
-        self.interval_s = tiering_setting(overrides, "remote.log.manager.task.interval.ms") / 1000
-        self.segments_in_flight = tiering_setting(overrides, "remote.log.upload.segments.in.flight")
-        self.manifest = ManifestStore(context.config.aws)
+        config = context.config
+        self.interval_s = config.get_int("remote.log.manager.task.interval.ms") / 1000
+        self.segments_in_flight = config.get_int("remote.log.upload.segments.in.flight")
+        self.manifest = ManifestStore(config.aws)
         self.objects = SegmentObjectStore(
-            context.config.aws,
+            config.aws,
             tuning=UploadTuning(
-                multipart_threshold_bytes=tiering_setting(
-                    overrides, "remote.log.s3.multipart.threshold.bytes"
-                ),
-                part_bytes=tiering_setting(overrides, "remote.log.s3.multipart.part.bytes"),
-                part_concurrency=tiering_setting(overrides, "remote.log.s3.multipart.concurrency"),
+                multipart_threshold_bytes=config.get_int("remote.log.s3.multipart.threshold.bytes"),
+                part_bytes=config.get_int("remote.log.s3.multipart.part.bytes"),
+                part_concurrency=config.get_int("remote.log.s3.multipart.concurrency"),
             ),
         )
         self.reader = RemoteLogReader(
             self.manifest,
             self.objects,
             self._topic_is_tiered,
-            chunk_bytes=tiering_setting(overrides, "remote.log.reader.chunk.bytes"),
-            readahead_chunks=tiering_setting(overrides, "remote.log.reader.readahead.chunks"),
+            chunk_bytes=config.get_int("remote.log.reader.chunk.bytes"),
+            readahead_chunks=config.get_int("remote.log.reader.readahead.chunks"),
         )
         self._limiter = asyncio.Semaphore(
-            tiering_setting(overrides, "remote.log.manager.copier.thread.pool.size")
+            config.get_int("remote.log.manager.copier.thread.pool.size")
         )
         self._uploaders: dict[tuple[str, int], PartitionUploader] = {}
         self._visits: dict[tuple[str, int], asyncio.Task[None]] = {}

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from broker_core.protocol.api_keys import ApiKey
+from broker_core.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, RESOURCE_TOPIC
 from broker_core.records import Compression, RecordInput, build_batch, iter_headers, parse_header
 from broker_core.records.errors import TruncatedBatchError
 
@@ -35,9 +36,8 @@ from .results import (
     decode_fetch,
 )
 
-EARLIEST = -2  # ListOffsets: the log start offset
-LATEST = -1  # ListOffsets: the high watermark (the offset the next acknowledged record gets)
-RESOURCE_TOPIC = 2
+EARLIEST = EARLIEST_TIMESTAMP  # ListOffsets: the log start offset
+LATEST = LATEST_TIMESTAMP  # ListOffsets: the high watermark (the offset the next acknowledged record gets)
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
 
 # A broker answers one request of a connection at a time (as Kafka does), so a long-poll fetch would

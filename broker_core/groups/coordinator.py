@@ -10,7 +10,6 @@ background duties: member timers, lease heartbeats and offset expiry.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import Request
-from broker_core.protocol.messages import respond
+from broker_core.protocol.messages import NO_THROTTLE, respond
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import GroupState
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ZERO = datetime.timedelta(0)
 GROUP_KEY_TYPE = 0
 TICK_S = 0.1
 
@@ -120,7 +118,7 @@ class GroupCoordinator:
                     answer["host"], answer["port"] = registration.host, registration.port
                 answer["node_id"] = node
         first = answers[0]
-        return respond(request, {"throttle_time": ZERO, "coordinators": answers, **first})
+        return respond(request, {"throttle_time": NO_THROTTLE, "coordinators": answers, **first})
 
     async def describe_groups(self, request: Request) -> Any:
         described = []
@@ -135,7 +133,7 @@ class GroupCoordinator:
                                   "members": []})
             else:
                 described.append(group.summary())
-        return respond(request, {"throttle_time": ZERO, "groups": described})
+        return respond(request, {"throttle_time": NO_THROTTLE, "groups": described})
 
     async def list_groups(self, request: Request) -> Any:
         wanted = {s.lower() for s in getattr(request.body, "states_filter", ()) or ()}
@@ -162,13 +160,13 @@ class GroupCoordinator:
                                              "protocol_type": item.record.protocol_type or "",
                                              "group_state": item.record.state}
         groups = [g for g in listed.values() if not wanted or g["group_state"].lower() in wanted]
-        return respond(request, {"throttle_time": ZERO, "error_code": error, "groups": groups})
+        return respond(request, {"throttle_time": NO_THROTTLE, "error_code": error, "groups": groups})
 
     async def delete_groups(self, request: Request) -> Any:
         results = []
         for group_id in request.body.groups_names:
             results.append({"group_id": group_id, "error_code": await self._delete_group(group_id)})
-        return respond(request, {"throttle_time": ZERO, "results": results})
+        return respond(request, {"throttle_time": NO_THROTTLE, "results": results})
 
     async def _delete_group(self, group_id: str) -> ErrorCode:
         group, error = self.ownership.owned(group_id)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker_core.protocol.framing import Request
-from broker_core.protocol.messages import respond
+from broker_core.protocol.messages import NO_THROTTLE, respond
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import ConsumerGroup, GroupState, Member, join_error, sync_error
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ZERO = datetime.timedelta(0)
 MEMBER_ID_REQUIRED_MIN_VERSION = 4
 JOIN_GROUP_NULLABLE_PROTOCOL_VERSION = 7
 
@@ -77,7 +76,7 @@ class GroupMembership:
             response = await response
         if response["protocol_name"] is None and request.api_version < JOIN_GROUP_NULLABLE_PROTOCOL_VERSION:
             response = {**response, "protocol_name": ""}
-        return respond(request, {"throttle_time": ZERO, **response})
+        return respond(request, {"throttle_time": NO_THROTTLE, **response})
 
     async def _join(self, request: Request, body: Any) -> dict[str, Any] | asyncio.Future:
         member_id = body.member_id
@@ -249,7 +248,7 @@ class GroupMembership:
         response = await self._sync(request.body)
         if isinstance(response, asyncio.Future):
             response = await response
-        return respond(request, {"throttle_time": ZERO, **response})
+        return respond(request, {"throttle_time": NO_THROTTLE, **response})
 
     async def _sync(self, body: Any) -> dict[str, Any] | asyncio.Future:
         group, error = self.ownership.owned(body.group_id)
@@ -306,7 +305,7 @@ class GroupMembership:
         group, error = self.ownership.owned(body.group_id)
         if group is not None:
             error = self._heartbeat(group, body)
-        return respond(request, {"throttle_time": ZERO, "error_code": error})
+        return respond(request, {"throttle_time": NO_THROTTLE, "error_code": error})
 
     def _heartbeat(self, group: ConsumerGroup, body: Any) -> ErrorCode:
         instance_id = getattr(body, "group_instance_id", None)
@@ -340,7 +339,7 @@ class GroupMembership:
         members = [{"member_id": m, "group_instance_id": i, "error_code": code} for m, i, code in results]
         if error == ErrorCode.none and not hasattr(body, "members") and results:
             error = results[0][2]
-        return respond(request, {"throttle_time": ZERO, "error_code": error, "members": members})
+        return respond(request, {"throttle_time": NO_THROTTLE, "error_code": error, "members": members})
 
     def _leave(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> tuple[str, str | None, ErrorCode]:
         if instance_id is not None:

@@ -11,14 +11,13 @@ offsets is deleted, as Kafka's Dead state forgets it.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from broker_core.protocol.framing import Request
-from broker_core.protocol.messages import respond
+from broker_core.protocol.messages import NO_THROTTLE, respond
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import ConsumerGroup, GroupState, offset_expired
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ZERO = datetime.timedelta(0)
 
 
 class GroupOffsets:
@@ -78,7 +76,7 @@ class GroupOffsets:
             topics.append({"name": topic.name, "partitions": partitions})
         if writes:
             await asyncio.gather(*writes)
-        return respond(request, {"throttle_time": ZERO, "topics": topics})
+        return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
 
     def _validate_commit(self, group: ConsumerGroup, body: Any) -> ErrorCode:
         generation = body.generation_id_or_member_epoch
@@ -133,7 +131,7 @@ class GroupOffsets:
                     "error_code": error,
                 })
             topics.append({"name": name, "partitions": results})
-        return respond(request, {"throttle_time": ZERO, "topics": topics, "error_code": error})
+        return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics, "error_code": error})
 
     async def remove_offsets(self, group: ConsumerGroup, keys: list[tuple[str, int]]) -> None:
         async def remove(key: tuple[str, int]) -> None:

@@ -8,6 +8,7 @@ version has, so one handler serves every supported version without per-version c
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -18,6 +19,15 @@ from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from kio.static.constants import EntityType
 
 from .api_keys import ApiKey
+
+# ListOffsets' special timestamps: the log start offset, and the high watermark.
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+# DescribeConfigs' resource types.
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+# The throttle time of a response that was not throttled.
+NO_THROTTLE = datetime.timedelta(0)
 
 # API key -> (lowest, highest) version Floe serves. The lowest versions are Kafka 4.0's floor (the
 # oldest kio generates); the highest are where the behaviour behind every field is implemented.

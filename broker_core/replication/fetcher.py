@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 from broker_core.client import BrokerConnection, ClientError
 from broker_core.log.errors import LogError
 from broker_core.protocol.api_keys import ApiKey
-from broker_core.protocol.messages import build_entity, request_class
+from broker_core.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, build_entity, request_class
 from broker_core.protocol.replica_fetch import (
     FETCH_VERSION,
     FetchedPartition,
@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
 _RETRY_BACKOFF_S = 0.2
 # How often a fetcher whose leader is gone or refusing retries and checks the metadata version.
 LEADER_RECHECK_S = 0.05

@@ -25,20 +25,27 @@ from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import FileRecords, Request
-from broker_core.protocol.messages import SUPPORTED_VERSIONS, respond
+from broker_core.protocol.messages import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    NO_THROTTLE,
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    SUPPORTED_VERSIONS,
+    respond,
+)
 from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
 )
 from broker_core.settings import (
-    BROKER_DEFAULTS,
     SOURCE_DEFAULT,
-    SOURCE_STATIC_BROKER,
-    ConfigEntry,
+    SOURCE_TOPIC,
+    describe_broker_configs,
     describe_topic_configs,
 )
 
-from .config import BrokerConfig, TopicConfigError, validate_topic_configs
+from .config import TopicConfigError, validate_topic_configs
 from .remote_reads import RemoteReads, RemoteStorageError
 
 if TYPE_CHECKING:
@@ -47,13 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ZERO = datetime.timedelta(0)
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-CONFIG_SOURCE_TOPIC = 1
-CONFIG_SOURCE_DEFAULT = 5
 
 Handler = Callable[[Request], Awaitable[Any]]
 
@@ -98,7 +98,7 @@ class RequestHandlers:
 
     def api_versions_response(self, request: Request, error: ErrorCode = ErrorCode.none) -> Any:
         keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in self.supported().items()]
-        return respond(request, {"error_code": error, "api_keys": keys, "throttle_time": ZERO})
+        return respond(request, {"error_code": error, "api_keys": keys, "throttle_time": NO_THROTTLE})
 
     async def api_versions(self, request: Request) -> Any:
         return self.api_versions_response(request)
@@ -158,7 +158,7 @@ class RequestHandlers:
             for b in sorted(image.live_brokers(), key=lambda b: b.broker_id)
         ]
         return respond(request, {
-            "throttle_time": ZERO, "brokers": brokers, "cluster_id": self.context.cluster_id,
+            "throttle_time": NO_THROTTLE, "brokers": brokers, "cluster_id": self.context.cluster_id,
             "controller_id": image.controller_id, "topics": topics,
         })
 
@@ -203,7 +203,7 @@ class RequestHandlers:
                 await self._await_replication(pending, timeout_s)
             return respond(header, {
                 "responses": [{"name": name, "partition_responses": parts} for name, parts in results],
-                "throttle_time": ZERO,
+                "throttle_time": NO_THROTTLE,
             })
 
         return complete
@@ -280,7 +280,7 @@ class RequestHandlers:
             for future in futures:
                 future.cancel()
         return respond(request, {
-            "throttle_time": ZERO, "error_code": ErrorCode.none, "session_id": 0, "responses": topics,
+            "throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "session_id": 0, "responses": topics,
         })
 
     async def _read_fetch(self, body: Any, replica_id: int) -> tuple[list, int, list, bool]:
@@ -410,7 +410,7 @@ class RequestHandlers:
                     if answer is not None:
                         result["offset"], result["timestamp"], result["leader_epoch"] = answer
             topics.append({"name": topic_request.name, "partitions": partitions})
-        return respond(request, {"throttle_time": ZERO, "topics": topics})
+        return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
 
     # InitProducerId ----------------------------------------------------------------------------
 
@@ -421,7 +421,7 @@ class RequestHandlers:
         are not supported: a transactional id is refused.
         """
         body = request.body
-        response = {"throttle_time": ZERO, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
+        response = {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
         if body.transactional_id is not None:
             response["error_code"] = ErrorCode.invalid_request
         # producer_id/producer_epoch exist from v3 (KIP-360); older requests always ask for a new id.
@@ -460,7 +460,7 @@ class RequestHandlers:
                 else:
                     result["leader_epoch"], result["end_offset"] = partition.log.end_offset_for_epoch(p.leader_epoch)
             topics.append({"topic": topic_request.topic, "partitions": partitions})
-        return respond(request, {"throttle_time": ZERO, "topics": topics})
+        return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
 
     # Admin -------------------------------------------------------------------------------------
 
@@ -506,7 +506,7 @@ class RequestHandlers:
             ]
         if created:
             await self.context.refresh_metadata()
-        return respond(request, {"throttle_time": ZERO, "topics": results})
+        return respond(request, {"throttle_time": NO_THROTTLE, "topics": results})
 
     def _validate_new_topic(self, name: str, num_partitions: int, replication: int) -> None:
         """What create_topic checks, without writing: for CreateTopics with validate_only."""
@@ -535,7 +535,7 @@ class RequestHandlers:
                 result["error_code"], result["error_message"] = _metadata_error_code(exc), str(exc)
         if deleted:
             await self.context.refresh_metadata()
-        return respond(request, {"throttle_time": ZERO, "responses": results})
+        return respond(request, {"throttle_time": NO_THROTTLE, "responses": results})
 
     async def describe_configs(self, request: Request) -> Any:
         body = request.body
@@ -558,28 +558,18 @@ class RequestHandlers:
                     result["error_code"] = ErrorCode.invalid_request
                     result["error_message"] = f"this is broker {self.context.config.broker_id}"
                     continue
-                entries = _describe_broker_configs(self.context.config, keys)
+                entries = describe_broker_configs(self.context.config.overrides, keys)
             else:
                 result["error_code"] = ErrorCode.invalid_request
                 result["error_message"] = f"resource type {resource.resource_type} is not supported"
                 continue
             result["configs"] = [
-                {"name": e.name, "value": e.value, "read_only": e.source != CONFIG_SOURCE_TOPIC,
-                 "config_source": e.source, "is_sensitive": False, "is_default": e.source == CONFIG_SOURCE_DEFAULT,
+                {"name": e.name, "value": e.value, "read_only": e.source != SOURCE_TOPIC,
+                 "config_source": e.source, "is_sensitive": False, "is_default": e.source == SOURCE_DEFAULT,
                  "synonyms": [], "config_type": 0, "documentation": None}
                 for e in entries
             ]
-        return respond(request, {"throttle_time": ZERO, "results": results})
-
-
-def _describe_broker_configs(config: BrokerConfig, keys: set[str] | None) -> list[ConfigEntry]:
-    entries = []
-    for name in sorted(set(BROKER_DEFAULTS) | set(config.overrides)):
-        if keys is not None and name not in keys:
-            continue
-        source = SOURCE_STATIC_BROKER if name in config.overrides else SOURCE_DEFAULT
-        entries.append(ConfigEntry(name, config.get(name), source))
-    return entries
+        return respond(request, {"throttle_time": NO_THROTTLE, "results": results})
 
 
 def _epoch_at(partition: Any, offset: int) -> int:
