@@ -9,6 +9,7 @@ records may be a file slice that the connection sends with `os.sendfile` instead
 from __future__ import annotations
 
 import io
+import mmap
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -147,7 +148,9 @@ class FrameDecoder:
         self._max = max_frame_bytes
         self._large_frame_bytes = large_frame_bytes
         self._pool = pool
-        self._staging = bytearray(staging_bytes)
+        # Anonymous memory: its pages become resident only as bytes land in them, so an idle or
+        # stalled connection holds a page or two of it, not all of it.
+        self._staging = mmap.mmap(-1, staging_bytes)
         self._start = 0  # staging[_start:_end] is received and not yet handed back
         self._end = 0
         self._large: bytearray | None = None  # a large frame being received into its own buffer
