@@ -190,7 +190,7 @@ class FrameDecoder:
         if self._handed_out is not None:
             self._reclaim()
         spare = self._spare
-        if spare is not None and wanted <= len(spare) <= 4 * size:
+        if spare is not None and wanted <= len(spare) <= 4 * size and self._unexported(spare):
             self._use_spare()
             buffer = spare
         else:
@@ -230,16 +230,13 @@ class FrameDecoder:
                 self._pool.forget_spare(self)
 
     def _reclaim(self) -> None:
+        """The handed-out frame is released; its buffer becomes the spare (if not too large to keep)."""
         frame, self._handed_out = self._handed_out, None
         buffer = frame.obj  # the bytearray the frame is a view of
         held, self._held = self._held, 0
         try:
             frame.release()
-            # Resizing a bytearray that any view still exports raises BufferError; shrinking by one
-            # byte and growing back moves no memory. So a slice of the frame kept by its holder
-            # leaves the buffer to them.
-            buffer.append(buffer.pop())
-        except BufferError:
+        except BufferError:  # something took a buffer from the frame itself: the buffer is theirs
             self._give_back(held)
             return
         self.drop_spare()
@@ -249,6 +246,17 @@ class FrameDecoder:
         self._spare = buffer
         if self._pool is not None:
             self._pool.keep_spare(self)
+
+    @staticmethod
+    def _unexported(buffer: bytearray) -> bool:
+        """Whether no view of ``buffer`` is left: resizing a bytearray that any view still exports
+        raises BufferError, and shrinking by one byte and growing back moves no memory. So a slice of
+        an earlier frame kept by its holder leaves the buffer to them (the spare is dropped)."""
+        try:
+            buffer.append(buffer.pop())
+        except BufferError:
+            return False
+        return True
 
     def frames_processed(self) -> None:
         """The caller is done with the frames handed back so far: a large frame's buffer becomes the spare."""

@@ -13,6 +13,8 @@ import socket
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from broker_core.protocol.api_keys import ApiKey
@@ -203,3 +205,31 @@ def test_after_an_unthrottled_response_the_next_request_is_answered() -> None:
 
 def test_a_throttled_connection_answers_the_next_request_once_the_throttle_time_is_over() -> None:
     assert asyncio.run(answers_in_window(datetime.timedelta(seconds=1), window_s=30.0)) == [2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(8, 300_000), min_size=1, max_size=6), st.integers(0, 400_000),
+       st.lists(st.integers(1, 200_000), min_size=1, max_size=8))
+def test_with_any_pool_the_frames_come_back_whole_and_every_byte_is_given_back(
+        sizes: list[int], capacity: int, chunks: list[int]) -> None:
+    pool = RequestMemoryPool(capacity)
+    decoder = FrameDecoder(100 * MiB, pool=pool)
+    frames = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    stream = memoryview(b"".join(size_prefix(len(frame)) + frame for frame in frames))
+    received: list[bytes] = []
+    turn = 0
+    while stream:
+        assert decoder.ready()  # a lone connection always proceeds: it may take the overdraft
+        target = decoder.receive_buffer()
+        count = min(len(target), len(stream), chunks[turn % len(chunks)])
+        turn += 1
+        target[:count] = stream[:count]
+        stream = stream[count:]
+        got = decoder.received(count)
+        received += [bytes(frame) for frame in got]
+        if got:
+            decoder.frames_processed()
+        assert pool.used == decoder.allocated
+    assert received == frames
+    decoder.close()
+    assert pool.used == 0
