@@ -170,6 +170,7 @@ class Connection:
                 await asyncio.sleep(delay)
             finally:
                 self._waiting = False
+        self._muted_until = 0.0
 
     async def _wait_for_memory(self) -> None:
         while not self.decoder.ready():
@@ -185,15 +186,18 @@ class Connection:
         writer = asyncio.create_task(self._write_responses(asyncio.current_task()))
         try:
             while True:
-                await self._wait_unmuted()
-                await self._wait_for_memory()
+                if self._muted_until:
+                    await self._wait_unmuted()
+                if not self.decoder.ready():
+                    await self._wait_for_memory()
                 received = await self.loop.sock_recv_into(self.sock, self.decoder.receive_buffer())
                 if received == 0:
                     await self._responses.join()
                     return
                 frames = self.decoder.received(received)
                 for frame in frames:
-                    await self._wait_unmuted()
+                    if self._muted_until:
+                        await self._wait_unmuted()
                     self.last_active = self.loop.time()
                     self._handling = True
                     try:
