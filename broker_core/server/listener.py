@@ -313,8 +313,8 @@ class ConnectionAdmission:
 
     def __init__(self, limits: ListenerLimits, now: float) -> None:
         self.limits = limits
-        overrides = limits.max_connections_per_ip_overrides
-        self.per_ip_limits = {_address_of(host): count for host, count in overrides.items()}
+        self.per_ip_limits = {address: count for host, count in limits.max_connections_per_ip_overrides.items()
+                              for address in _addresses_of(host)}
         self.open: Counter[str] = Counter()
         self.refused: Counter[str] = Counter()
         self._unlogged: Counter[tuple[str, str]] = Counter()
@@ -361,10 +361,10 @@ class ConnectionAdmission:
         self._logged = now
 
 
-def _address_of(host: str) -> str:
-    """The address a connection from ``host`` comes from (names are resolved once, at start-up)."""
+def _addresses_of(host: str) -> set[str]:
+    """The addresses a connection from ``host`` may come from (names are resolved once, at start-up)."""
     try:
-        return socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0]
+        return {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
     except socket.gaierror as exc:
         raise ConfigError(f"max.connections.per.ip.overrides: cannot resolve {host!r}: {exc}") from None
 

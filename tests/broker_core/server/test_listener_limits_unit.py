@@ -233,3 +233,9 @@ def test_with_any_pool_the_frames_come_back_whole_and_every_byte_is_given_back(
     assert received == frames
     decoder.close()
     assert pool.used == 0
+
+
+def test_a_per_ip_override_by_host_name_applies_to_every_address_of_the_name() -> None:
+    admission = ConnectionAdmission(ListenerLimits(max_connections_per_ip_overrides={"localhost": 0}), now=0.0)
+    assert "max.connections.per.ip (0)" in admission.admit("127.0.0.1", 0.0)
+    assert admission.admit("127.0.0.9", 0.0) is None
