@@ -6,7 +6,7 @@ allocated a request's declared size on reading its prefix would need C x 100 MB;
 allocates with the bytes that arrive. During the attack kcat produces N records to a fresh topic and
 reads them all back; the run fails if it does not get every record.
 
-Measured per run (one broker, `floe local` stack): the broker's RSS (psutil, sampled every 10 ms)
+Measured per run (a fresh one-broker `floe local` stack each run): the broker's RSS (psutil, sampled every 10 ms)
 just before the attack and its peak while the attackers are connected and kcat runs; growth = peak -
 before. The goal is growth < 64 MiB; the ratio printed is growth / declared bytes. Medians of the
 runs; results go to bench/results/listener_attack.json.
@@ -103,19 +103,20 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("kcat") is None:
         sys.exit("kcat is not installed (make sysdeps)")
-    with tempfile.TemporaryDirectory(prefix="listener-attack-") as scratch:
-        stack = LocalStack(directory=Path(scratch) / "stack", brokers=1)
-        stack.start()
-        try:
-            runs = []
-            for number in range(args.runs):
+    runs = []
+    for number in range(args.runs):
+        # A fresh broker per run: memory an earlier attack made the broker take would hide the growth.
+        with tempfile.TemporaryDirectory(prefix="listener-attack-") as scratch:
+            stack = LocalStack(directory=Path(scratch) / "stack", brokers=1)
+            stack.start()
+            try:
                 runs.append(one_run(number, stack, args.connections, args.records))
-                print(f"run {number + 1}/{args.runs}: RSS {runs[-1]['rss_before_mib']:.1f} -> peak "
-                      f"{runs[-1]['rss_peak_mib']:.1f} MiB (growth {runs[-1]['growth_mib']:.1f} MiB), "
-                      f"{runs[-1]['attackers_still_connected']}/{args.connections} attackers connected, "
-                      f"kcat {args.records} records produced and read back", flush=True)
-        finally:
-            stack.stop(save_state=False)
+            finally:
+                stack.stop(save_state=False)
+        print(f"run {number + 1}/{args.runs}: RSS {runs[-1]['rss_before_mib']:.1f} -> peak "
+              f"{runs[-1]['rss_peak_mib']:.1f} MiB (growth {runs[-1]['growth_mib']:.1f} MiB), "
+              f"{runs[-1]['attackers_still_connected']}/{args.connections} attackers connected, "
+              f"kcat {args.records} records produced and read back", flush=True)
     growth = statistics.median(run["growth_mib"] for run in runs)
     declared_mib = args.connections * DECLARED_BYTES / MiB
     result = {
