@@ -112,7 +112,9 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("num.partitions", _INT, 1, "Partition count of a topic created without one."),
     _broker("auto.create.topics.enable", _BOOLEAN, "false", "Floe creates topics only when asked."),
     _broker("message.max.bytes", _INT, 1048588, "Largest record batch a partition accepts."),
-    _broker("socket.request.max.bytes", _INT, 100 * 1024 * 1024, "Largest request a connection may send."),
+    _broker("socket.request.max.bytes", _INT, 100 * 1024 * 1024,
+            "Largest request a connection may send; a larger or negative size prefix closes the connection "
+            "before any of the request is read."),
     _broker("replica.lag.time.max.ms", _INT, 30000, "A follower not caught up for this long leaves the ISR."),
     _broker("replica.fetch.wait.max.ms", _INT, 500, "How long a follower's fetch waits for new data."),
     _broker("replica.high.watermark.checkpoint.interval.ms", _INT, 5000, "How often high watermarks are checkpointed."),
@@ -141,6 +143,25 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("remote.log.reader.chunk.bytes", _INT, 4 * 1024 * 1024, "Bytes of one ranged GET of a remote segment.",
             public=False),
     _broker("remote.log.reader.readahead.chunks", _INT, 1, "Chunks a remote read fetches ahead.", public=False),
+    # Listener limits (docs/operations.md, "Listener limits"). Kafka's defaults, except
+    # queued.max.request.bytes, which Kafka leaves unlimited (-1).
+    _broker("queued.max.request.bytes", _INT, 256 * 1024 * 1024,
+            "Budget of bytes held by requests larger than 64 KiB being received or handled, broker-wide; when it "
+            "is spent, connections stop reading until bytes are released. One request at a time may exceed it, so "
+            "a request up to socket.request.max.bytes always proceeds; -1 is unlimited. The default is Kafka's "
+            "largest request (socket.request.max.bytes) two and a half times over: far above what producers with "
+            "their default 1 MiB max.request.size queue, and a bound a 1 GiB broker task can carry."),
+    _broker("max.connections", _INT, 2147483647,
+            "Most connections the broker keeps open (replica fetchers of other brokers included); more are closed "
+            "as soon as they are accepted."),
+    _broker("max.connections.per.ip", _INT, 2147483647, "Most connections open at once from one address."),
+    _broker("max.connections.per.ip.overrides", _STRING, "",
+            "Per-address exceptions to max.connections.per.ip, as host:count,host:count (names resolved at start)."),
+    _broker("connections.max.idle.ms", _INT, 600000,
+            "A connection that has completed no request and been sent no response for this long, with none in "
+            "progress, is closed (bytes of an unfinished request do not count); 0 or less never closes one."),
+    _broker("max.connection.creation.rate", _INT, 2147483647,
+            "New connections accepted per second, broker-wide; more are closed as soon as they are accepted."),
     # Topic settings; those of the partition log in LogConfig's field order, the order it applies them in.
     _topic("segment.bytes", _INT, 1024**3, "A segment rolls once it holds this many bytes.",
            "log.segment.bytes", log_field="segment_bytes"),

@@ -9,7 +9,9 @@ records may be a file slice that the connection sends with `os.sendfile` instead
 from __future__ import annotations
 
 import io
+import mmap
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,68 +50,230 @@ class UnsupportedVersionError(InvalidRequestError):
     """The API key is unknown to Floe or the version is outside the range Floe serves."""
 
 
+class RequestMemoryPool:
+    """The broker-wide budget of request buffer bytes (Kafka's `queued.max.request.bytes` memory pool).
+
+    Every connection's FrameDecoder takes from it the buffers of frames larger than its staging
+    buffer: the one being received (which grows with the bytes that arrive), the one handed out
+    until the connection has processed it, and the spare it keeps for its next large frame. A take
+    that would go over the budget is refused, and the connection waits before reading more (the
+    listener wakes it when `release` is called: `on_release`). Spares are a cache: a take that would
+    go over first evicts other connections' spares. One holder at a time may go over the budget (it
+    holds the overdraft until its frame is processed), so a request larger than the whole budget, up
+    to `socket.request.max.bytes`, still proceeds, and partly received requests that hold the whole
+    budget cannot wait on each other for ever: queued bytes stay below capacity plus one request.
+    A negative capacity is unlimited (Kafka's default, -1).
+
+    Sans-I/O and not thread-safe: the listener's event loop is its only caller.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.on_release: Callable[[], None] | None = None
+        self._overdraft: object | None = None
+        self._spares: dict[int, FrameDecoder] = {}  # decoders holding a spare, oldest first
+
+    @property
+    def unlimited(self) -> bool:
+        return self.capacity < 0
+
+    def try_take(self, count: int, holder: object) -> bool:
+        """Take ``count`` bytes for ``holder`` if the budget (or the overdraft) allows; False otherwise."""
+        if not self.unlimited and self.used + count > self.capacity:
+            for decoder in list(self._spares.values()):
+                if self.used + count <= self.capacity:
+                    break
+                if decoder is not holder:
+                    decoder.drop_spare()
+            if self.used + count > self.capacity:
+                if self._overdraft not in (None, holder):
+                    return False
+                self._overdraft = holder
+        self.used += count
+        return True
+
+    def release(self, count: int) -> None:
+        self.used -= count
+        if count and self.on_release is not None:
+            self.on_release()
+
+    def end_overdraft(self, holder: object) -> None:
+        if self._overdraft is holder:
+            self._overdraft = None
+            if self.on_release is not None:
+                self.on_release()
+
+    def keep_spare(self, decoder: FrameDecoder) -> None:
+        self._spares[id(decoder)] = decoder
+
+    def forget_spare(self, decoder: FrameDecoder) -> None:
+        self._spares.pop(id(decoder), None)
+
+
 class FrameDecoder:
     """Takes in the received byte stream and hands back whole frames (without the size prefix).
 
     The connection receives in place: `receive_buffer()` says where its next recv should land and
-    `received(count)` takes what arrived. Small frames gather in a staging buffer and are copied out
-    once each. A frame larger than ``large_frame_bytes`` (a produce request, a fetch response) gets a
-    buffer of its own as soon as its size is known, and the rest of it is received straight into
-    that buffer, which is handed back as a read-only memoryview: its bytes are not copied again.
-    That memoryview is valid until the next large frame starts to arrive, which releases it and
-    reuses its buffer (a fresh, zeroed buffer per frame cost the broker about a tenth of its CPU
-    under replicated load); a caller that holds on to the frame gets a ValueError, never bytes of a
-    later frame, and a buffer still referenced through a slice of the frame is left to that slice's
-    holder while the next frame takes a new one. (Not at the next `receive_buffer()`: an event loop
-    may ask for the buffer again as soon as a frame is complete, before its reader has run.)
-    `feed(data)` does the same for bytes that are already in memory.
+    `received(count)` takes what arrived. A size prefix outside [min_frame_bytes, max_frame_bytes]
+    raises FramingError as soon as its four bytes are in, before any of the frame is read. Small
+    frames gather in a staging buffer and are copied out once each. A frame larger than
+    ``large_frame_bytes`` (a produce request, a fetch response) gets a buffer of its own, and the
+    rest of it is received straight into that buffer, which is handed back as a read-only
+    memoryview: its bytes are not copied again. That buffer is never larger than twice the bytes
+    received so far (at least ``large_frame_bytes``, at most the declared size): it grows
+    geometrically as bytes arrive, so a size prefix alone allocates nothing large, and each byte is
+    copied at most about once more on the way. The memoryview is valid until the next large frame
+    starts to arrive (or `frames_processed()`), which releases it and keeps its buffer as the spare
+    for the next large frame (a fresh, zeroed buffer per frame cost the broker about a tenth of its
+    CPU under replicated load); a caller that holds on to the frame gets a ValueError, never bytes
+    of a later frame, and a buffer still referenced through a slice of the frame is left to that
+    slice's holder while the next frame takes a new one. (Not at the next `receive_buffer()`: an
+    event loop may ask for the buffer again as soon as a frame is complete, before its reader has
+    run.) `feed(data)` does the same for bytes that are already in memory.
+
+    With a `RequestMemoryPool`, large buffers are taken from it; when it refuses, `ready()` is False
+    and the caller must wait (see the pool) before asking for `receive_buffer()`. Without one,
+    `ready()` is always True.
 
     Not thread-safe: one decoder per connection, fed by that connection's reader.
     """
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, staging_bytes: int = 256 * 1024,
-                 large_frame_bytes: int = 64 * 1024, min_frame_bytes: int = 8) -> None:
+                 large_frame_bytes: int = 64 * 1024, min_frame_bytes: int = 8,
+                 pool: RequestMemoryPool | None = None) -> None:
         if not 0 < large_frame_bytes <= staging_bytes // 2:
             raise ValueError("large_frame_bytes must be positive and at most half of staging_bytes")
         self._min = min_frame_bytes
         self._max = max_frame_bytes
         self._large_frame_bytes = large_frame_bytes
-        self._staging = bytearray(staging_bytes)
+        self._pool = pool
+        # Anonymous memory: its pages become resident only as bytes land in them, so an idle or
+        # stalled connection holds a page or two of it, not all of it.
+        self._staging = mmap.mmap(-1, staging_bytes)
         self._start = 0  # staging[_start:_end] is received and not yet handed back
         self._end = 0
         self._large: bytearray | None = None  # a large frame being received into its own buffer
-        self._large_size = 0
+        self._large_size = 0  # its declared size; set while its start still waits in staging too
         self._large_filled = 0
         self._handed_out: memoryview | None = None  # the last large frame given to the caller
-        self._spare: bytearray | None = None  # its buffer once released, for the next large frame
+        self._held = 0  # bytes of the buffer being filled or handed out, taken from the pool
+        self._spare: bytearray | None = None  # a released large buffer, for the next large frame
+
+    def _take(self, count: int) -> bool:
+        return self._pool is None or self._pool.try_take(count, self)
+
+    def _give_back(self, count: int) -> None:
+        if self._pool is not None:
+            self._pool.release(count)
+
+    def ready(self) -> bool:
+        """Whether `receive_buffer()` can be given now: False while the pool refuses the memory it needs."""
+        if self._large is None:
+            return self._large_size == 0 or self._start_large()
+        if self._large_filled < min(len(self._large), self._large_size):
+            return True
+        return self._grow()
 
     def receive_buffer(self) -> memoryview:
         """Where the next received bytes go (never past the end of a large frame being filled)."""
+        if not self.ready():
+            raise RuntimeError("receive_buffer() while the memory pool refuses this frame's buffer")
         if self._large is not None:
-            return memoryview(self._large)[self._large_filled:self._large_size]
+            return memoryview(self._large)[self._large_filled:min(len(self._large), self._large_size)]
         return memoryview(self._staging)[self._end:]
 
-    def _reclaim(self) -> None:
-        frame, self._handed_out = self._handed_out, None
-        buffer = frame.obj  # the bytearray the frame is a view of
-        try:
-            frame.release()
-            # Resizing a bytearray that any view still exports raises BufferError; shrinking by one
-            # byte and growing back moves no memory. So a slice of the frame kept by its holder
-            # leaves the buffer to them.
-            buffer.append(buffer.pop())
-        except BufferError:
-            return
-        if len(buffer) <= MAX_SPARE_FRAME_BYTES:
-            self._spare = buffer
-
-    def _large_buffer(self, size: int) -> bytearray:
+    def _start_large(self) -> bool:
+        """Move the large frame whose start waits in staging into a buffer of its own."""
+        size, available = self._large_size, self._end - self._start - 4
+        wanted = min(size, max(2 * available, self._large_frame_bytes))
         if self._handed_out is not None:
             self._reclaim()
-        spare, self._spare = self._spare, None
-        if spare is not None and size <= len(spare) <= 4 * size:
-            return spare
-        return bytearray(size)
+        spare = self._spare
+        if spare is not None and wanted <= len(spare) <= 4 * size and self._unexported(spare):
+            self._use_spare()
+            buffer = spare
+        else:
+            self.drop_spare()
+            if not self._take(wanted):
+                return False
+            self._held = wanted
+            buffer = bytearray(wanted)
+        buffer[:available] = memoryview(self._staging)[self._start + 4:self._end]
+        self._large, self._large_filled = buffer, available
+        self._start = self._end = 0
+        return True
+
+    def _grow(self) -> bool:
+        old = self._large
+        size = min(self._large_size, 2 * len(old))
+        if not self._take(size):
+            return False
+        grown = bytearray(size)
+        grown[:self._large_filled] = memoryview(old)[:self._large_filled]
+        self._large = grown
+        self._give_back(self._held)
+        self._held = size
+        return True
+
+    def _use_spare(self) -> None:
+        self._held, self._spare = len(self._spare), None
+        if self._pool is not None:
+            self._pool.forget_spare(self)
+
+    def drop_spare(self) -> None:
+        """Let the spare buffer go (the pool evicts spares this way when it needs their bytes)."""
+        if self._spare is not None:
+            self._give_back(len(self._spare))
+            self._spare = None
+            if self._pool is not None:
+                self._pool.forget_spare(self)
+
+    def _reclaim(self) -> None:
+        """The handed-out frame is released; its buffer becomes the spare (if not too large to keep)."""
+        frame, self._handed_out = self._handed_out, None
+        buffer = frame.obj  # the bytearray the frame is a view of
+        held, self._held = self._held, 0
+        try:
+            frame.release()
+        except BufferError:  # something took a buffer from the frame itself: the buffer is theirs
+            self._give_back(held)
+            return
+        self.drop_spare()
+        if len(buffer) > MAX_SPARE_FRAME_BYTES:
+            self._give_back(held)
+            return
+        self._spare = buffer
+        if self._pool is not None:
+            self._pool.keep_spare(self)
+
+    @staticmethod
+    def _unexported(buffer: bytearray) -> bool:
+        """Whether no view of ``buffer`` is left: resizing a bytearray that any view still exports
+        raises BufferError, and shrinking by one byte and growing back moves no memory. So a slice of
+        an earlier frame kept by its holder leaves the buffer to them (the spare is dropped)."""
+        try:
+            buffer.append(buffer.pop())
+        except BufferError:
+            return False
+        return True
+
+    def frames_processed(self) -> None:
+        """The caller is done with the frames handed back so far: a large frame's buffer becomes the spare."""
+        if self._handed_out is not None:
+            self._reclaim()
+        if self._pool is not None and self._large is None:
+            self._pool.end_overdraft(self)
+
+    def close(self) -> None:
+        """Give every buffer's bytes back to the pool (the connection is gone)."""
+        self._give_back(self._held)
+        self._held = 0
+        self.drop_spare()
+        self._large = self._handed_out = None
+        self._large_size = 0
+        if self._pool is not None:
+            self._pool.end_overdraft(self)
 
     def received(self, count: int) -> list[bytes | memoryview]:
         """``count`` bytes arrived in the last `receive_buffer()`; the frames they complete, in order.
@@ -124,6 +288,7 @@ class FrameDecoder:
             frame = memoryview(self._large)[:self._large_size].toreadonly()
             self._handed_out = frame
             self._large = None
+            self._large_size = 0
             return [frame]
         self._end += count
         frames: list[bytes | memoryview] = []
@@ -140,10 +305,10 @@ class FrameDecoder:
                 position += 4 + size
                 continue
             if size > self._large_frame_bytes:
-                large = self._large_buffer(size)
-                large[:available] = view[position + 4 : end]
-                self._large, self._large_size, self._large_filled = large, size, available
-                position = end
+                # Its start stays in staging until its own buffer is granted (now, unless the pool refuses).
+                self._start, self._large_size = position, size
+                self._start_large()
+                return frames
             break
         if position == end:
             self._start = self._end = 0
@@ -174,6 +339,12 @@ class FrameDecoder:
         if self._large is not None:
             return 4 + self._large_filled
         return self._end - self._start
+
+    @property
+    def allocated(self) -> int:
+        """Bytes of large-frame buffers held: the one being filled or handed out, and the spare."""
+        buffers = (self._large, self._handed_out.obj if self._handed_out is not None else None, self._spare)
+        return sum(len(buffer) for buffer in buffers if buffer is not None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from tiered_storage.service import TieringService
 from .broker import Broker, BrokerParts
 from .config import BrokerConfig
 from .handlers import RequestHandlers
-from .listener import KafkaListener
+from .listener import KafkaListener, ListenerLimits
 from .producer_ids import ProducerIdAllocator
 
 
@@ -28,7 +28,8 @@ def build_broker(config: BrokerConfig) -> Broker:
     handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), remote_reads=tiering.reader)
     for api_key, handler in groups.api_handlers().items():
         handlers.register(api_key, handler)
-    listener = KafkaListener(handlers, config.host, config.port, config.get_int("socket.request.max.bytes"))
+    limits = ListenerLimits.from_settings(config.get_int, config.get)
+    listener = KafkaListener(handlers, config.host, config.port, limits)
     broker.host(BrokerParts(
         listener=listener,
         fetchers=ReplicaFetcherManager(broker),

@@ -10,33 +10,52 @@ acks=all a producer's next batch would otherwise wait a whole replication round 
 even read. A waiting request keeps only its header and the response it will send: its records are
 on disk already.
 
-A frame that is not Kafka framing, or a request that cannot be decoded, closes that connection only;
-a well-formed request for an unsupported API version is answered (ApiVersions) or refused by closing.
+A frame that is not Kafka framing (a size prefix that is negative or above `socket.request.max.bytes`
+is refused before any of its body is read), or a request that cannot be decoded, closes that
+connection only; a well-formed request for an unsupported API version is answered (ApiVersions) or
+refused by closing.
+
+Limits (`ListenerLimits`, docs/operations.md "Listener limits"): buffers of large requests come from
+one `RequestMemoryPool` (`queued.max.request.bytes`); a connection the pool refuses stops reading
+until bytes are released. New connections beyond `max.connections`, `max.connections.per.ip` (or
+its override for that address) or `max.connection.creation.rate` are closed at once, counted, and
+logged once per REFUSAL_LOG_INTERVAL_S per address and reason. A connection that has completed no
+request and been sent no response for `connections.max.idle.ms`, with nothing in progress (no
+request being handled or answered, not muted, not waiting for the pool), is closed; bytes of an
+unfinished request do not count as activity, so a client trickling one (slowloris) is closed too.
+After a response whose `throttle_time` is positive, the connection reads nothing more for that
+long (KIP-219).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import errno
 import logging
 import os
 import socket
-from collections.abc import Awaitable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES,
     FrameDecoder,
     FramingError,
     InvalidRequestError,
     Request,
+    RequestMemoryPool,
     UnsupportedVersionError,
     decode_request,
     encode_response,
 )
 from broker_core.protocol.messages import api_name
+from broker_core.settings import ConfigError
 
 if TYPE_CHECKING:
     from .handlers import RequestHandlers
@@ -44,6 +63,48 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 RECV_BYTES = 256 * 1024
 MAX_PIPELINED_PRODUCES = 16
+INT32_MAX = 2**31 - 1
+REFUSAL_LOG_INTERVAL_S = 10.0
+
+
+def parse_per_ip_overrides(text: str) -> dict[str, int]:
+    """Kafka's `max.connections.per.ip.overrides`: "host:count,host:count" (a host may be a name or an
+    address; IPv6 addresses keep their colons, the count is after the last one)."""
+    overrides: dict[str, int] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, count = entry.rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"max.connections.per.ip.overrides entry {entry!r} is not host:count")
+        try:
+            overrides[host.strip()] = int(count)
+        except ValueError:
+            raise ConfigError(f"max.connections.per.ip.overrides entry {entry!r}: count is no integer") from None
+    return overrides
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    """The listener's limits, from the broker settings of the same Kafka names (see broker_core.settings)."""
+
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # socket.request.max.bytes
+    queued_max_request_bytes: int = -1  # negative: unlimited
+    max_connections: int = INT32_MAX
+    max_connections_per_ip: int = INT32_MAX
+    max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
+    connections_max_idle_ms: int = 600_000
+    max_connection_creation_rate: int = INT32_MAX  # per second, broker-wide
+
+    @classmethod
+    def from_settings(cls, get_int: Callable[[str], int], get: Callable[[str], str]) -> ListenerLimits:
+        return cls(
+            max_frame_bytes=get_int("socket.request.max.bytes"),
+            queued_max_request_bytes=get_int("queued.max.request.bytes"),
+            max_connections=get_int("max.connections"),
+            max_connections_per_ip=get_int("max.connections.per.ip"),
+            max_connections_per_ip_overrides=parse_per_ip_overrides(get("max.connections.per.ip.overrides")),
+            connections_max_idle_ms=get_int("connections.max.idle.ms"),
+            max_connection_creation_rate=get_int("max.connection.creation.rate"),
+        )
 
 
 async def _wait_writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
@@ -70,28 +131,84 @@ async def sendfile_all(loop: asyncio.AbstractEventLoop, sock: socket.socket, fd:
         count -= sent
 
 
+def _throttle_seconds(response: Any) -> float:
+    throttle = getattr(response, "throttle_time", None)
+    return throttle.total_seconds() if isinstance(throttle, datetime.timedelta) else 0.0
+
+
 class Connection:
-    def __init__(self, sock: socket.socket, handlers: RequestHandlers, max_frame_bytes: int) -> None:
+    """One client connection: reads requests, hands them to the handlers, writes the responses.
+
+    Its liveness for the idle timeout: `last_active` (loop time of the last request read or response
+    sent) and `busy` (something in progress that the client is not responsible for).
+    """
+
+    def __init__(self, sock: socket.socket, handlers: RequestHandlers, max_frame_bytes: int,
+                 pool: RequestMemoryPool | None = None,
+                 memory_released: Callable[[], Awaitable[None]] | None = None) -> None:
         self.sock = sock
         self.handlers = handlers
-        self.decoder = FrameDecoder(max_frame_bytes, staging_bytes=RECV_BYTES)
+        self.decoder = FrameDecoder(max_frame_bytes, staging_bytes=RECV_BYTES, pool=pool)
         self.loop = asyncio.get_running_loop()
         self.peer = sock.getpeername()
+        self._memory_released = memory_released
         # Produce responses still to be written, in request order; each yields encoded parts or None.
         self._responses: asyncio.Queue[asyncio.Future] = asyncio.Queue(MAX_PIPELINED_PRODUCES)
+        self.last_active = self.loop.time()
+        self._handling = False
+        self._waiting = False  # for the pool, or muted
+        self._muted_until = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self._handling or self._waiting or not self._responses.empty()
+
+    async def _wait_unmuted(self) -> None:
+        while (delay := self._muted_until - self.loop.time()) > 0:
+            self._waiting = True
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._waiting = False
+        self._muted_until = 0.0
+
+    async def _wait_for_memory(self) -> None:
+        while not self.decoder.ready():
+            if self._memory_released is None:
+                raise RuntimeError("the decoder waits for a memory pool nobody releases")
+            self._waiting = True
+            try:
+                await self._memory_released()
+            finally:
+                self._waiting = False
 
     async def serve(self) -> None:
         writer = asyncio.create_task(self._write_responses(asyncio.current_task()))
         try:
             while True:
+                if self._muted_until:
+                    await self._wait_unmuted()
+                if not self.decoder.ready():
+                    await self._wait_for_memory()
                 received = await self.loop.sock_recv_into(self.sock, self.decoder.receive_buffer())
                 if received == 0:
                     await self._responses.join()
                     return
-                for frame in self.decoder.received(received):
-                    if not await self._process(frame):
+                frames = self.decoder.received(received)
+                for frame in frames:
+                    if self._muted_until:
+                        await self._wait_unmuted()
+                    self.last_active = self.loop.time()
+                    self._handling = True
+                    try:
+                        proceed = await self._process(frame)
+                    finally:
+                        self._handling = False
+                    if not proceed:
                         await self._responses.join()  # answer what came before the bad request
                         return
+                if frames:
+                    self.decoder.frames_processed()
         except FramingError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except (ConnectionError, OSError) as exc:
@@ -102,6 +219,7 @@ class Connection:
             while not self._responses.empty():
                 self._responses.get_nowait().cancel()
             self.sock.close()
+            self.decoder.close()
 
     async def _process(self, frame: bytes | memoryview) -> bool:
         """Handle one request; False when the connection must be closed."""
@@ -113,7 +231,7 @@ class Connection:
                 stub = Request(ApiKey.API_VERSIONS, 0, exc.correlation_id, None, None, len(frame))
                 response = self.handlers.api_versions_response(stub, ErrorCode.unsupported_version)
                 await self._responses.join()
-                await self._send(encode_response(ApiKey.API_VERSIONS, 0, exc.correlation_id, response))
+                await self._send((encode_response(ApiKey.API_VERSIONS, 0, exc.correlation_id, response), 0.0))
                 return True
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
@@ -130,21 +248,23 @@ class Connection:
             return True
         await self._responses.join()
         try:
-            parts = await self._encode(request, self.handlers.handle(request))
+            encoded = await self._encode(request, self.handlers.handle(request))
         except Exception:
             return False
-        if parts is not None:
-            await self._send(parts)
+        if encoded is not None:
+            await self._send(encoded)
         return True
 
-    async def _encode(self, request: Request, answer: Awaitable[Any]) -> list | None:
-        """The encoded response to ``request`` once ``answer`` gives it; None when none is sent."""
+    async def _encode(self, request: Request, answer: Awaitable[Any]) -> tuple[list, float] | None:
+        """The encoded response to ``request`` once ``answer`` gives it, with the seconds it asks the
+        client to hold off for (its throttle time); None when none is sent."""
         try:
             response = await answer
             if response is None:
                 return None
             # A response the version cannot carry (e.g. a null topic name before Metadata v12) fails here.
-            return encode_response(request.api_key, request.api_version, request.correlation_id, response)
+            parts = encode_response(request.api_key, request.api_version, request.correlation_id, response)
+            return parts, _throttle_seconds(response)
         except Exception:
             log.exception("%s v%d from %s failed", api_name(request.api_key), request.api_version, self.peer)
             raise
@@ -155,15 +275,17 @@ class Connection:
         while True:
             pending = await self._responses.get()
             try:
-                parts = await pending
-                if parts is not None:
-                    await self._send(parts)
+                encoded = await pending
+                if encoded is not None:
+                    await self._send(encoded)
             except Exception:
                 reader.cancel()
                 return
             self._responses.task_done()
 
-    async def _send(self, parts: list) -> None:
+    async def _send(self, encoded: tuple[list, float]) -> None:
+        """Write one response; if it carries a throttle time, read nothing more for that long (KIP-219)."""
+        parts, throttle_s = encoded
         pending = bytearray()
         for part in parts:
             if isinstance(part, bytes):
@@ -175,19 +297,111 @@ class Connection:
             await sendfile_all(self.loop, self.sock, part.fd, part.position, part.length)
         if pending:
             await self.loop.sock_sendall(self.sock, pending)
+        now = self.loop.time()
+        self.last_active = now
+        if throttle_s > 0:
+            self._muted_until = max(self._muted_until, now + throttle_s)
+
+
+class ConnectionAdmission:
+    """Which new connections the listener accepts: counts per address and in all, a creation rate.
+
+    The rate is a token bucket refilled at `max.connection.creation.rate` per second, holding at most
+    one second's worth; only accepted connections spend a token. Refusals are counted (`refused`,
+    by reason, for as long as the broker runs) and summarised in the log once per interval.
+    """
+
+    def __init__(self, limits: ListenerLimits, now: float) -> None:
+        self.limits = limits
+        self.per_ip_limits = {address: count for host, count in limits.max_connections_per_ip_overrides.items()
+                              for address in _addresses_of(host)}
+        self.open: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter()
+        self._unlogged: Counter[tuple[str, str]] = Counter()
+        self._tokens = float(limits.max_connection_creation_rate)
+        self._refilled = now
+        self._logged = now
+
+    @property
+    def total(self) -> int:
+        return sum(self.open.values())
+
+    def admit(self, address: str, now: float) -> str | None:
+        """None if a connection from ``address`` may open now (and count it), else why not."""
+        rate = self.limits.max_connection_creation_rate
+        self._tokens = min(float(rate), self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+        if self.total >= self.limits.max_connections:
+            reason = f"max.connections ({self.limits.max_connections}) reached"
+        elif self.open[address] >= (per_ip := self.per_ip_limits.get(address, self.limits.max_connections_per_ip)):
+            reason = f"max.connections.per.ip ({per_ip}) reached"
+        elif self._tokens < 1:
+            reason = f"max.connection.creation.rate ({rate}/s) exceeded"
+        else:
+            self._tokens -= 1
+            self.open[address] += 1
+            return None
+        self.refused[reason.split(" ", 1)[0]] += 1
+        self._unlogged[(address, reason)] += 1
+        return reason
+
+    def closed(self, address: str) -> None:
+        self.open[address] -= 1
+        if self.open[address] <= 0:
+            del self.open[address]
+
+    def log_refusals(self, now: float) -> None:
+        """Log what was refused since the last summary, if an interval has passed."""
+        if now - self._logged < REFUSAL_LOG_INTERVAL_S:
+            return
+        for (address, reason), count in sorted(self._unlogged.items()):
+            log.warning("refused %d connections from %s in the last %.0f s: %s",
+                        count, address, now - self._logged, reason)
+        self._unlogged.clear()
+        self._logged = now
+
+
+def _addresses_of(host: str) -> set[str]:
+    """The addresses a connection from ``host`` may come from (names are resolved once, at start-up)."""
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    except socket.gaierror as exc:
+        raise ConfigError(f"max.connections.per.ip.overrides: cannot resolve {host!r}: {exc}") from None
+
+
+class MemoryReleases:
+    """Wakes the connections waiting for the request memory pool whenever it releases bytes."""
+
+    def __init__(self, pool: RequestMemoryPool) -> None:
+        self._released = asyncio.Event()
+        pool.on_release = self._wake
+
+    def _wake(self) -> None:
+        self._released.set()
+        self._released = asyncio.Event()
+
+    async def wait(self) -> None:
+        await self._released.wait()
 
 
 class KafkaListener:
-    def __init__(self, handlers: RequestHandlers, host: str, port: int, max_frame_bytes: int) -> None:
+    def __init__(self, handlers: RequestHandlers, host: str, port: int,
+                 limits: ListenerLimits | None = None) -> None:
         self.handlers = handlers
         self.host = host
         self.port = port
-        self.max_frame_bytes = max_frame_bytes
+        self.limits = limits or ListenerLimits()
+        self.pool = RequestMemoryPool(self.limits.queued_max_request_bytes)
+        self.admission: ConnectionAdmission | None = None
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._sweep_task: asyncio.Task | None = None
+        self._connections: dict[asyncio.Task, Connection] = {}
 
     async def start(self) -> int:
+        loop = asyncio.get_running_loop()
+        self.admission = ConnectionAdmission(self.limits, loop.time())
+        self._memory = MemoryReleases(self.pool)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
@@ -196,22 +410,62 @@ class KafkaListener:
         self._sock = sock
         self.port = sock.getsockname()[1]
         self._accept_task = asyncio.create_task(self._accept_loop())
+        self._sweep_task = asyncio.create_task(self._sweep())
         return self.port
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._sock is not None
+        assert self._sock is not None and self.admission is not None
         while True:
-            client, _ = await loop.sock_accept(self._sock)
-            client.setblocking(False)
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = asyncio.create_task(Connection(client, self.handlers, self.max_frame_bytes).serve())
-            self._connections.add(task)
-            task.add_done_callback(self._connections.discard)
+            client, peer = await loop.sock_accept(self._sock)
+            address = peer[0]
+            if self.admission.admit(address, loop.time()) is not None:
+                client.close()
+                continue
+            try:
+                client.setblocking(False)
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                connection = Connection(client, self.handlers, self.limits.max_frame_bytes, self.pool,
+                                        self._memory.wait)
+            except OSError:  # the peer is gone already
+                client.close()
+                self.admission.closed(address)
+                continue
+            task = asyncio.create_task(connection.serve())
+            self._connections[task] = connection
+            task.add_done_callback(lambda done, address=address: self._closed(done, address))
+
+    def _closed(self, task: asyncio.Task, address: str) -> None:
+        self._connections.pop(task, None)
+        if self.admission is not None:
+            self.admission.closed(address)
+
+    async def _sweep(self) -> None:
+        """Close idle connections and summarise refusals, about once a second."""
+        loop = asyncio.get_running_loop()
+        idle_s = self.limits.connections_max_idle_ms / 1000
+        period = min(1.0, max(idle_s / 4, 0.01)) if idle_s > 0 else 1.0
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            assert self.admission is not None
+            self.admission.log_refusals(now)
+            if idle_s <= 0:
+                continue
+            for task, connection in list(self._connections.items()):
+                if not connection.busy and now - connection.last_active >= idle_s:
+                    log.debug("closing connection from %s: idle for %.0f s",
+                              connection.peer, now - connection.last_active)
+                    task.cancel()
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
 
     async def stop(self) -> None:
-        if self._accept_task:
-            self._accept_task.cancel()
+        for task in (self._accept_task, self._sweep_task):
+            if task:
+                task.cancel()
         if self._sock:
             self._sock.close()
         for task in list(self._connections):
