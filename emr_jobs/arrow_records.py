@@ -28,6 +28,7 @@ from broker_core.records.compression import decompress
 from broker_core.records.errors import (
     CorruptCompressionError,
     CorruptCrcError,
+    DecompressionLimitError,
     RecordsError,
     TruncatedBatchError,
 )
@@ -238,6 +239,12 @@ def _section(buffer: bytes, cursor: int, header: BatchHeader, position: int, obj
         return _Section(header, position, decompress(header.compression, data), None, 0)
     except CorruptCompressionError as error:
         raise _segment_error(object_key, position + HEADER_SIZE, error) from error
+    except DecompressionLimitError as error:
+        # Decompression stopped at the limit, so a bomb costs a worker at most that much memory.
+        named = DecompressionLimitError(
+            codec=header.compression, limit=error.limit, position=0, base_offset=header.base_offset
+        )
+        raise _segment_error(object_key, position + HEADER_SIZE, named) from error
 
 
 def _record_error(object_key: str, section: _Section, index: int, section_offset: int, reason: str) -> CorruptSegmentError:
