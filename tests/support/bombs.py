@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
 
 import cramjam
 import lz4.frame
 import zstandard
 
+from broker_core.log.config import LogConfig
+from broker_core.log.partition_log import PartitionLog
 from broker_core.records import SimpleRecord, build_batch
 from broker_core.records.compression import XERIAL_MAGIC
 from broker_core.records.header import CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, Compression, compute_crc
 
 _ZEROS = bytes(1024 * 1024)
+# The CreateTime of the bomb `log_holding_a_bomb` writes; its neighbours are a second either side.
+BOMB_TIMESTAMP_MS = 1_700_000_000_000
 
 
 def gzip_bomb(size: int) -> bytes:
@@ -72,10 +77,27 @@ def bomb_payload(codec: Compression, size: int) -> bytes:
     return BOMBS[codec](size)
 
 
-def bomb_batch(codec: Compression, payload: bytes, *, records_count: int = 1) -> bytes:
+def bomb_batch(codec: Compression, payload: bytes, *, records_count: int = 1, timestamp: int | None = None) -> bytes:
     """A batch with ``payload`` as its records section, ``records_count`` declared, and a valid CRC."""
-    template = bytearray(build_batch([SimpleRecord(value=b"x")] * records_count, compression=codec))
+    records = [SimpleRecord(value=b"x", timestamp=timestamp)] * records_count
+    template = bytearray(build_batch(records, compression=codec))
     batch = template[:HEADER_SIZE] + payload
     struct.pack_into(">i", batch, 8, len(batch) - LOG_OVERHEAD)
     struct.pack_into(">I", batch, CRC_OFFSET, compute_crc(batch, 0, len(batch)))
     return bytes(batch)
+
+
+def log_holding_a_bomb(directory: Path, codec: Compression, size: int = 100 * 1024 * 1024) -> PartitionLog:
+    """A sealed segment holding a good batch (offset 0), a ``codec`` bomb (offset 1) and a good batch.
+
+    Written by a log whose own limit is far above the bomb, as a broker configured more loosely (or a
+    version without the limit) would have written it; readers with the default limit must refuse it.
+    """
+    config = LogConfig(max_decompressed_bytes=2**40)
+    log = PartitionLog.open(directory, config, topic="t", partition=0)
+    for batch in (build_batch([SimpleRecord(value=b"before", timestamp=BOMB_TIMESTAMP_MS - 1000)], compression=codec),
+                  bomb_batch(codec, bomb_payload(codec, size), timestamp=BOMB_TIMESTAMP_MS),
+                  build_batch([SimpleRecord(value=b"after", timestamp=BOMB_TIMESTAMP_MS + 1000)], compression=codec)):
+        log.append(batch, leader_epoch=0)
+    log.roll()
+    return log

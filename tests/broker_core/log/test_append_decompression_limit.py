@@ -9,7 +9,7 @@ import pytest
 from broker_core.log import LogConfig, PartitionLog
 from broker_core.records import Compression, SimpleRecord, build_batch, iter_records
 from broker_core.records.errors import CorruptBatchError, DecompressionLimitError
-from tests.support.bombs import bomb_batch, bomb_payload
+from tests.support.bombs import BOMB_TIMESTAMP_MS, bomb_batch, bomb_payload, log_holding_a_bomb
 
 MIB = 1024 * 1024
 CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
@@ -51,3 +51,13 @@ def test_a_follower_append_does_not_decompress_again(tmp_path: Path) -> None:
     with open_log(tmp_path, max_decompressed_bytes=MIB) as log:
         batch = build_batch([SimpleRecord(value=bytes(2 * MIB))], compression=Compression.ZSTD)
         assert log.append_as_follower(batch).last_offset == 0
+
+
+def test_list_offsets_by_timestamp_stops_at_the_limit_of_the_log_reading_it(tmp_path: Path) -> None:
+    written = log_holding_a_bomb(tmp_path / "t-0", Compression.ZSTD)
+    written.close()
+    with PartitionLog.open(tmp_path / "t-0", LogConfig(max_decompressed_bytes=4 * MIB), topic="t",
+                           partition=0) as log:
+        assert log.offset_for_timestamp(0) == (0, BOMB_TIMESTAMP_MS - 1000)  # the good first batch
+        with pytest.raises(DecompressionLimitError, match="base offset 1"):
+            log.offset_for_timestamp(BOMB_TIMESTAMP_MS - 500)
