@@ -16,8 +16,9 @@ from broker_core.records import (
     decode_batch,
     decompress,
 )
-from broker_core.records.compression import decompressed_size
+from broker_core.records.compression import DEFAULT_MAX_DECOMPRESSED_BYTES, decompressed_size
 from broker_core.records.errors import DecompressionLimitError
+from broker_core.settings import TOPIC_SETTINGS
 from tests.support.bombs import bomb_batch, bomb_payload
 
 CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
@@ -80,3 +81,9 @@ def test_a_truncated_stream_is_still_corrupt_under_a_limit(codec: Compression) -
     compressed = compress(codec, bytes(range(256)) * 1024)
     with pytest.raises(CorruptCompressionError):
         decompress(codec, compressed[:-9], limit=MIB)
+
+
+def test_the_registry_default_is_the_limit_readers_apply() -> None:
+    setting = TOPIC_SETTINGS["floe.message.max.decompressed.bytes"]
+    assert int(setting.default) == DEFAULT_MAX_DECOMPRESSED_BYTES
+    assert not setting.public  # a broker setting in effect: topics cannot raise it for themselves
