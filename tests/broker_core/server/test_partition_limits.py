@@ -16,20 +16,15 @@ from kafka.errors import PolicyViolationError
 
 from broker_core.local_stack import LocalStack
 from tests.functions.http_api import HttpApi
-from tests.support.stack import TEST_BROKER_OVERRIDES
+from tests.support.stack import running_stack
 
 LIMITS = {"floe.max.partitions": "10", "floe.max.replicas.per.broker": "8"}
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    running = LocalStack(directory=Path(tmp_path_factory.mktemp("limits")), brokers=1,
-                         overrides={**TEST_BROKER_OVERRIDES, **LIMITS}, http=True)
-    running.start()
-    try:
+    with running_stack(Path(tmp_path_factory.mktemp("limits")), overrides=LIMITS, http=True) as running:
         yield running
-    finally:
-        running.stop(save_state=False)
 
 
 @pytest.fixture(scope="module")
