@@ -181,7 +181,7 @@ def _gzip_chunks(view: memoryview, limit: int) -> Iterator[bytes]:
 
 def _snappy_chunks(view: memoryview, limit: int) -> Iterator[bytes]:
     if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
-        yield _snappy_block(view, limit)
+        yield _snappy_block(view, limit, limit)
         return
     if len(view) < _XERIAL_HEADER.size:
         raise CorruptCompressionError(
@@ -191,6 +191,7 @@ def _snappy_chunks(view: memoryview, limit: int) -> Iterator[bytes]:
     # writers are known to put these two fields in little-endian order.
     cursor = _XERIAL_HEADER.size
     end = len(view)
+    produced = 0
     while cursor < end:
         if end - cursor < _XERIAL_BLOCK_LENGTH.size:
             raise CorruptCompressionError(
@@ -204,14 +205,17 @@ def _snappy_chunks(view: memoryview, limit: int) -> Iterator[bytes]:
                 position=cursor - _XERIAL_BLOCK_LENGTH.size,
                 codec=Compression.SNAPPY,
             )
-        yield _snappy_block(view[cursor : cursor + block_length], limit)
+        block = _snappy_block(view[cursor : cursor + block_length], limit - produced, limit)
+        produced += len(block)
+        yield block
         cursor += block_length
 
 
-def _snappy_block(block: memoryview, limit: int) -> bytes:
-    # A raw snappy block starts with its decompressed length; checked before the library allocates it.
+def _snappy_block(block: memoryview, room: int, limit: int) -> bytes:
+    # A raw snappy block starts with its decompressed length; checked against the room left under
+    # ``limit`` before the library allocates it.
     declared = cramjam.snappy.decompress_raw_len(block)
-    if declared > limit:
+    if declared > room:
         raise DecompressionLimitError(codec=Compression.SNAPPY, limit=limit, position=0)
     return bytes(cramjam.snappy.decompress_raw(block))
 
