@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from broker_core.records.batch import MIN_RECORD_BYTES
 from broker_core.records.compression import decompressed_size
 from broker_core.records.errors import CorruptBatchError, CorruptCompressionError, DecompressionLimitError
 from broker_core.records.header import (
@@ -68,11 +69,6 @@ class ValidatedBatches(NamedTuple):
 
     def headers(self) -> list[BatchHeader]:
         return [header for _, header in self.batches]
-
-
-# The smallest record: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength and
-# headerCount, one byte each. A batch declaring n records holds at least n times this many bytes.
-MIN_RECORD_BYTES = 7
 
 
 def validate_batches(

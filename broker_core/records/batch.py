@@ -65,6 +65,11 @@ from .varint import INT32_MAX, decode_varint, decode_varlong, write_varint, writ
 Buffer = bytes | bytearray | memoryview
 RecordHeaders = tuple[tuple[str, bytes | None], ...]
 
+# The smallest record: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength and
+# headerCount, one byte each. A batch declaring n records holds at least n times this many bytes of
+# records, so a reader can refuse an absurd declared count before sizing anything by it.
+MIN_RECORD_BYTES = 7
+
 # The header split at the CRC: the fields before it are outside the CRC, the fields after it under it.
 _UNCHECKED_PREFIX = struct.Struct(
     ">q"  # baseOffset

@@ -330,3 +330,14 @@ def test_a_decompression_bomb_is_reported_with_its_segment_and_base_offset(codec
     assert raised.value.position == 8192 + len(good) + 61
     assert "base offset 1" in raised.value.reason
     assert str(DEFAULT_MAX_DECOMPRESSED_BYTES) in raised.value.reason
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD])
+def test_a_record_count_the_bytes_cannot_hold_is_refused_before_anything_is_sized_by_it(codec: Compression) -> None:
+    honest = build_batch([SimpleRecord(value=b"v")] * 3, compression=codec)
+    inflated = bytearray(honest)
+    struct.pack_into(">i", inflated, 23, 2**31 - 2)  # lastOffsetDelta
+    struct.pack_into(">i", inflated, 57, 2**31 - 1)  # recordsCount
+    with pytest.raises(CorruptSegmentError) as raised:
+        decode([recrc(inflated)])
+    assert "declares 2147483647 records" in raised.value.reason
