@@ -90,14 +90,14 @@ def bomb_batch(codec: Compression, payload: bytes, *, records_count: int = 1, ti
 def log_holding_a_bomb(directory: Path, codec: Compression, size: int = 100 * 1024 * 1024) -> PartitionLog:
     """A sealed segment holding a good batch (offset 0), a ``codec`` bomb (offset 1) and a good batch.
 
-    Written by a log whose own limit is far above the bomb, as a broker configured more loosely (or a
-    version without the limit) would have written it; readers with the default limit must refuse it.
+    Appended without the leader's decompression check (validated as a follower validates), as a
+    broker with a higher limit, or a version without the check, would have written it; readers with
+    the default limit must refuse it.
     """
-    config = LogConfig(max_decompressed_bytes=2**40)
-    log = PartitionLog.open(directory, config, topic="t", partition=0)
+    log = PartitionLog.open(directory, LogConfig(), topic="t", partition=0)
     for batch in (build_batch([SimpleRecord(value=b"before", timestamp=BOMB_TIMESTAMP_MS - 1000)], compression=codec),
                   bomb_batch(codec, bomb_payload(codec, size), timestamp=BOMB_TIMESTAMP_MS),
                   build_batch([SimpleRecord(value=b"after", timestamp=BOMB_TIMESTAMP_MS + 1000)], compression=codec)):
-        log.append(batch, leader_epoch=0)
+        log.append(log.validate(batch, as_leader=False), leader_epoch=0)
     log.roll()
     return log
