@@ -28,7 +28,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.machine import result_header, write_result  # noqa: E402
+from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
 from broker_core.log import LogConfig, PartitionLog  # noqa: E402
 from broker_core.records import Compression, SimpleRecord, build_batch  # noqa: E402
 
@@ -72,6 +72,7 @@ def main() -> None:
     result = result_header("decompression_check")
     result["runs"] = args.runs
     result["mib_per_run"] = args.mib
+    pressure_before = cpu_pressure()
     cases = {}
     with tempfile.TemporaryDirectory(dir=REPO_ROOT / "bench") as scratch:
         for size_name, size in BATCH_SIZES.items():
@@ -97,6 +98,7 @@ def main() -> None:
                       f"{cases[name]['without_check_mib_s']:8.1f} MiB/s  ratio {cases[name]['ratio_with_over_without']:.2f}",
                       flush=True)
     result["cases"] = cases
+    result["cpu_pressure_some_avg10_percent"] = {"before": pressure_before, "after": cpu_pressure()}
     write_result(REPO_ROOT / "bench" / "results" / "decompression_check.json", result)
 
 
