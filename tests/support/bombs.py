@@ -98,6 +98,7 @@ def log_holding_a_bomb(directory: Path, codec: Compression, size: int = 100 * 10
     for batch in (build_batch([SimpleRecord(value=b"before", timestamp=BOMB_TIMESTAMP_MS - 1000)], compression=codec),
                   bomb_batch(codec, bomb_payload(codec, size), timestamp=BOMB_TIMESTAMP_MS),
                   build_batch([SimpleRecord(value=b"after", timestamp=BOMB_TIMESTAMP_MS + 1000)], compression=codec)):
-        log.append(log.validate(batch, as_leader=False), leader_epoch=0)
-    log.roll()
+        # The log's clock is the records' time, so segment.ms does not roll a segment per batch.
+        log.append(log.validate(batch, as_leader=False), leader_epoch=0, now_ms=BOMB_TIMESTAMP_MS + 2000)
+    log.roll(BOMB_TIMESTAMP_MS + 2000)
     return log
