@@ -199,6 +199,15 @@ SETTINGS: tuple[Setting, ...] = (
     _topic("remote.storage.enable", _BOOLEAN, "false", "Tier sealed segments to S3."),
     _topic("unclean.leader.election.enable", _BOOLEAN, "false", "Elect a leader outside the ISR when none is left.",
            "unclean.leader.election.enable"),
+    # Resource limits (issue 22): decompression and partition counts. See docs/operations.md.
+    _topic("floe.message.max.decompressed.bytes", _INT, 64 * 1024 * 1024,
+           "Most bytes a compressed batch's records may decompress to (64 x message.max.bytes, rounded): a"
+           " leader refuses a larger one with CORRUPT_MESSAGE, readers stop at it. Set on the broker.",
+           log_field="max_decompressed_bytes", public=False),
+    _broker("floe.max.partitions", _INT, 100_000,
+            "Most partitions the cluster holds; CreateTopics past it gets POLICY_VIOLATION."),
+    _broker("floe.max.replicas.per.broker", _INT, 4_000,
+            "Most partition replicas per live broker; CreateTopics that would pass it gets POLICY_VIOLATION."),
 )
 
 BROKER_SETTINGS: dict[str, Setting] = {s.name: s for s in SETTINGS if s.scope is Scope.BROKER}

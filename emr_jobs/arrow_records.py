@@ -24,10 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from broker_core.records.batch import MIN_RECORD_BYTES
 from broker_core.records.compression import decompress
 from broker_core.records.errors import (
     CorruptCompressionError,
     CorruptCrcError,
+    DecompressionLimitError,
     RecordsError,
     TruncatedBatchError,
 )
@@ -233,11 +235,30 @@ def _section(buffer: bytes, cursor: int, header: BatchHeader, position: int, obj
     start = cursor + HEADER_SIZE
     data: bytes | memoryview = memoryview(buffer)[start : cursor + header.size]
     if header.compression is Compression.NONE:
+        _check_declared_count(header, len(data), position, object_key)
         return _Section(header, position, data, buffer, start)
     try:
-        return _Section(header, position, decompress(header.compression, data), None, 0)
+        section = _Section(header, position, decompress(header.compression, data), None, 0)
     except CorruptCompressionError as error:
         raise _segment_error(object_key, position + HEADER_SIZE, error) from error
+    except DecompressionLimitError as error:
+        # Decompression stopped at the limit, so a bomb costs a worker at most that much memory.
+        named = DecompressionLimitError(
+            codec=header.compression, limit=error.limit, position=0, base_offset=header.base_offset
+        )
+        raise _segment_error(object_key, position + HEADER_SIZE, named) from error
+    _check_declared_count(header, len(section.data), position, object_key)
+    return section
+
+
+def _check_declared_count(header: BatchHeader, records_bytes: int, position: int, object_key: str) -> None:
+    """The group's columns are sized by declared record counts: refuse a count the bytes cannot hold."""
+    if header.records_count * MIN_RECORD_BYTES > records_bytes:
+        raise CorruptSegmentError(
+            object_key=object_key, position=position,
+            reason=f"the batch at base offset {header.base_offset} declares {header.records_count} records "
+                   f"in {records_bytes} bytes of records",
+        )
 
 
 def _record_error(object_key: str, section: _Section, index: int, section_offset: int, reason: str) -> CorruptSegmentError:

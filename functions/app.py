@@ -2,7 +2,8 @@
 
 ``lambda_handler`` is what template.yaml's functions and the local HTTP adapter invoke with an API
 Gateway HTTP API (payload v2) event. It turns away bodies over Lambda's 6 MB request limit (413)
-before anything parses them, and bodies that are not UTF-8 JSON (415, 400), borrows a warm container (`functions.runtime`), and lets the resolver
+before anything parses them, and produce requests of more than ``MAX_RECORDS_PER_REQUEST`` records
+(413) before any record is validated, and bodies that are not UTF-8 JSON (415, 400), borrows a warm container (`functions.runtime`), and lets the resolver
 route, validate (pydantic, `enable_validation`) and answer. Errors leave as JSON in one shape
 (functions.errors): field errors 422 (400 for a body that is not JSON), refusals 4xx, an
 unreachable cluster 503. ``GET /v1/openapi.json`` serves the OpenAPI document generated from the
@@ -25,7 +26,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from broker_core.client import ClientError, KafkaError
 from functions import fetch, groups, produce, runtime, topics
 from functions.errors import ApiError, FieldError, api_error_for
-from functions.models import UNION_TAGS
+from functions.models import TOO_MANY_RECORDS, UNION_TAGS
 from functions.telemetry import logger, metrics, tracer
 
 API_TITLE = "Floe HTTP API"
@@ -57,6 +58,10 @@ def _api_error(error: ApiError) -> Response:
 @app.exception_handler(RequestValidationError)
 def _invalid_request(error: RequestValidationError) -> Response:
     problems = error.errors()
+    too_many = next((problem for problem in problems if problem["type"] == TOO_MANY_RECORDS), None)
+    if too_many is not None:  # a request limit, not a malformed request
+        return _json_response(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, ApiError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE, str(too_many["msg"]), **too_many.get("ctx", {})).body())
     field_errors = [
         FieldError(field=".".join(str(part) for part in problem["loc"] if part not in UNION_TAGS), type=problem["type"],
                    message=str(problem.get("msg", problem["type"])))

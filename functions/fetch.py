@@ -259,6 +259,10 @@ def _from_broker(container: runtime.Container, topic: str, partition: int, offse
         raise api_error_for(error) from error
     except ClientError as error:
         raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"the brokers could not be reached: {error}") from error
+    except RecordsError as error:
+        # A batch that does not decode (a decompression bomb stops at its limit): the log is at fault.
+        raise ApiError(HTTPStatus.BAD_GATEWAY, f"partition {partition} of topic {topic!r} holds a batch that "
+                       f"cannot be read: {error}") from error
     return result.records, result.next_offset, result.high_watermark
 
 

@@ -1,7 +1,8 @@
 """What an append writes, decided before a byte of it reaches a segment (sans-I/O).
 
 `PartitionLog.append` and `append_as_follower` hand their input to this module first: every batch
-is checked (header, max.message.bytes, CRC-32C) and, for a leader append, given its offsets and
+is checked (header, max.message.bytes, CRC-32C, and for a leader the decompressed size of a
+compressed batch) and, for a leader append, given its offsets and
 leader epoch as patched copies of its first bytes; for a follower append, checked for contiguous
 offsets and non-decreasing leader epochs. Any failure raises before the log is touched, so nothing
 partial is ever written. The result lists the buffers to write and the per-batch facts the segment
@@ -12,10 +13,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from broker_core.records.errors import CorruptBatchError
+from broker_core.records.batch import MIN_RECORD_BYTES
+from broker_core.records.compression import decompressed_size
+from broker_core.records.errors import CorruptBatchError, CorruptCompressionError, DecompressionLimitError
 from broker_core.records.header import (
+    HEADER_SIZE,
     OUTSIDE_CRC_PREFIX,
     BatchHeader,
+    Compression,
     TimestampType,
     parse_header,
     set_base_offset,
@@ -66,8 +71,16 @@ class ValidatedBatches(NamedTuple):
         return [header for _, header in self.batches]
 
 
-def validate_batches(records: Buffer, max_message_bytes: int) -> ValidatedBatches:
-    """Check every batch (header, size limit, CRC) of ``records``, first to last; raise on the first bad one."""
+def validate_batches(
+    records: Buffer, max_message_bytes: int, max_decompressed_bytes: int | None = None
+) -> ValidatedBatches:
+    """Check every batch (header, size limit, CRC) of ``records``, first to last; raise on the first bad one.
+
+    With ``max_decompressed_bytes`` (a leader's check of what a client sent), each compressed batch is
+    also decompressed as a stream whose output is counted and dropped: DecompressionLimitError when it
+    would pass that many bytes, CorruptCompressionError when it does not decompress, CorruptBatchError
+    when it is too short to hold the records its header declares. Records themselves are not decoded.
+    """
     view = memoryview(records).cast("B")
     batches = []
     position = 0
@@ -77,9 +90,29 @@ def validate_batches(records: Buffer, max_message_bytes: int) -> ValidatedBatche
         if header.size > max_message_bytes:
             raise RecordTooLargeError(size=header.size, max_size=max_message_bytes, position=position)
         verify_crc(view, header, position)
+        if max_decompressed_bytes is not None and header.compression is not Compression.NONE:
+            _check_decompressed_size(view, position, header, max_decompressed_bytes)
         batches.append((position, header))
         position += header.size
     return ValidatedBatches(view, batches)
+
+
+def _check_decompressed_size(view: memoryview, position: int, header: BatchHeader, limit: int) -> None:
+    section = view[position + HEADER_SIZE : position + header.size]
+    try:
+        size = decompressed_size(header.compression, section, limit=limit)
+    except DecompressionLimitError as error:
+        raise DecompressionLimitError(
+            codec=header.compression, limit=limit, position=position + HEADER_SIZE, base_offset=header.base_offset
+        ) from error
+    except CorruptCompressionError as error:
+        raise CorruptCompressionError(
+            error.reason, position=position + HEADER_SIZE + error.position, codec=header.compression
+        ) from error
+    if size < header.records_count * MIN_RECORD_BYTES:
+        raise CorruptBatchError(
+            f"{header.records_count} records declared in {size} decompressed bytes", position=position
+        )
 
 
 class LeaderAppend(NamedTuple):

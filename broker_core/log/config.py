@@ -53,6 +53,7 @@ class LogConfig:
     message_timestamp_type: str = _default("message.timestamp.type")
     max_message_bytes: int = _default("max.message.bytes")
     file_delete_delay_ms: int = _default("file.delete.delay.ms")
+    max_decompressed_bytes: int = _default("floe.message.max.decompressed.bytes")
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -142,6 +143,7 @@ _FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
     "message_timestamp_type": _check_timestamp_type,
     "max_message_bytes": _check_positive_int32,
     "file_delete_delay_ms": _check_non_negative,
+    "max_decompressed_bytes": _check_positive,
 }
 
 

@@ -114,6 +114,7 @@ class PartitionLog:
         self._closed = False
         self._uses_log_append_time = config.uses_log_append_time
         self._max_message_bytes = config.max_message_bytes
+        self._max_decompressed_bytes = config.max_decompressed_bytes
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
         self._has_flush_policy = config.flush_messages is not None or config.flush_ms is not None
@@ -214,9 +215,14 @@ class PartitionLog:
 
     # ---------------------------------------------------------------- appending
 
-    def validate(self, records: bytes | bytearray | memoryview) -> ValidatedBatches:
-        """Check every batch of ``records`` as an append would (header, max.message.bytes, CRC-32C)."""
-        return validate_batches(records, self._max_message_bytes)
+    def validate(self, records: bytes | bytearray | memoryview, *, as_leader: bool = True) -> ValidatedBatches:
+        """Check every batch of ``records`` as an append would (header, max.message.bytes, CRC-32C).
+
+        ``as_leader`` (what a client sent) also checks that each compressed batch decompresses within
+        floe.message.max.decompressed.bytes; a follower's batches passed that check on the leader.
+        """
+        limit = self._max_decompressed_bytes if as_leader else None
+        return validate_batches(records, self._max_message_bytes, limit)
 
     def append(
         self, records: bytes | bytearray | memoryview | ValidatedBatches, *, leader_epoch: int = 0,
@@ -267,7 +273,9 @@ class PartitionLog:
         cache at its first batch. Nothing is written if any check fails. ``records`` may be the
         result of `validate`, which is then not repeated.
         """
-        view, batches = records if isinstance(records, ValidatedBatches) else self.validate(records)
+        view, batches = (
+            records if isinstance(records, ValidatedBatches) else self.validate(records, as_leader=False)
+        )
         now = wall_clock_ms() if now_ms is None else now_ms
         log_end_offset = self.log_end_offset
         if not batches:
@@ -442,7 +450,11 @@ class PartitionLog:
             position, header = found
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
                 return max(header.base_offset, log_start_offset), header.max_timestamp
-            batch = decode_batch(segment.read_batch(position, header), verify_crc=False)
+            batch = decode_batch(
+                segment.read_batch(position, header),
+                verify_crc=False,
+                max_decompressed_bytes=self._max_decompressed_bytes,
+            )
             for record in batch.records:
                 if record.timestamp >= timestamp_ms and record.offset >= log_start_offset:
                     return record.offset, record.timestamp

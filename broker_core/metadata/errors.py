@@ -160,3 +160,14 @@ class InvalidPartitionStateError(MetadataError):
         self.topic = topic
         self.partition = partition
         self.reason = reason
+
+
+class PolicyViolationError(MetadataError):
+    """A request would take the cluster past a limit the operator set (``limit`` names the setting)."""
+
+    kafka_error_code: ClassVar[int] = 44  # POLICY_VIOLATION
+
+    def __init__(self, limit: str, reason: str) -> None:
+        super().__init__(reason)
+        self.limit = limit
+        self.reason = reason

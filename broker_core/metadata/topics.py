@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from pynamodb.transactions import TransactWrite
 
@@ -34,6 +35,7 @@ from broker_core.metadata.errors import (
     InvalidTopicError,
     MetadataConflictError,
     PartitionEpochConflictError,
+    PolicyViolationError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -57,6 +59,52 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(name, f"longer than {MAX_TOPIC_NAME_LENGTH} characters")
     if not _LEGAL_TOPIC_NAME.fullmatch(name):
         raise InvalidTopicError(name, "legal characters are ASCII letters, digits, '.', '_' and '-'")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLimits:
+    """How many partitions the cluster may hold: ``floe.max.partitions`` in all, and
+    ``floe.max.replicas.per.broker`` partition replicas per live broker on average (replicas are
+    spread evenly, so the average is what each broker carries).
+
+    Checked against the metadata image before anything is written, by arithmetic only, so a request
+    for a million partitions costs nothing. The image may lag a concurrent create by one metadata
+    poll, so two creates racing may together pass a limit by their sizes; the limit guards against
+    mistakes and runaway automation, not against a determined race. CreatePartitions, when it
+    exists, must call `check_new_partitions` with the partitions it adds.
+    """
+
+    max_partitions: int
+    max_replicas_per_broker: int
+
+    def check_new_partitions(
+        self,
+        *,
+        existing_partitions: int,
+        existing_replicas: int,
+        live_brokers: int,
+        new_partitions: int,
+        replication_factor: int,
+    ) -> None:
+        """Raise PolicyViolationError if adding ``new_partitions`` x ``replication_factor`` replicas passes a limit."""
+        total = existing_partitions + new_partitions
+        if total > self.max_partitions:
+            raise PolicyViolationError(
+                "floe.max.partitions",
+                f"{new_partitions} new partitions would bring the cluster to {total} partitions; "
+                f"floe.max.partitions is {self.max_partitions} ({existing_partitions} exist)",
+            )
+        if live_brokers <= 0:
+            return  # the replication factor check refuses this create
+        replicas = existing_replicas + new_partitions * replication_factor
+        allowed = self.max_replicas_per_broker * live_brokers
+        if replicas > allowed:
+            raise PolicyViolationError(
+                "floe.max.replicas.per.broker",
+                f"{new_partitions} new partitions x {replication_factor} replicas would bring the cluster to "
+                f"{replicas} partition replicas on {live_brokers} live brokers; floe.max.replicas.per.broker "
+                f"is {self.max_replicas_per_broker}, so at most {allowed} ({existing_replicas} exist)",
+            )
 
 
 def _validate_configs(configs: Mapping[str, str]) -> dict[str, str]:

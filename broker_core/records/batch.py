@@ -34,12 +34,13 @@ from dataclasses import dataclass
 
 import crc32c
 
-from .compression import as_codec, compress, decompress
+from .compression import DEFAULT_MAX_DECOMPRESSED_BYTES, as_codec, compress, decompress
 from .errors import (
     CorruptCompressedRecordError,
     CorruptCompressionError,
     CorruptRecordError,
     CorruptVarintError,
+    DecompressionLimitError,
     TruncatedBatchError,
 )
 from .header import (
@@ -63,6 +64,11 @@ from .varint import INT32_MAX, decode_varint, decode_varlong, write_varint, writ
 
 Buffer = bytes | bytearray | memoryview
 RecordHeaders = tuple[tuple[str, bytes | None], ...]
+
+# The smallest record: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength and
+# headerCount, one byte each. A batch declaring n records holds at least n times this many bytes of
+# records, so a reader can refuse an absurd declared count before sizing anything by it.
+MIN_RECORD_BYTES = 7
 
 # The header split at the CRC: the fields before it are outside the CRC, the fields after it under it.
 _UNCHECKED_PREFIX = struct.Struct(
@@ -193,26 +199,39 @@ def build_batch(
     return b"".join((prefix, covered_header, payload))
 
 
-def decode_batch(buf: Buffer, position: int = 0, *, verify_crc: bool = True) -> DecodedBatch:
+def decode_batch(
+    buf: Buffer,
+    position: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> DecodedBatch:
     """Decode the whole batch that starts at ``position`` in ``buf``.
 
     Raises what parse_header raises, CorruptCrcError when ``verify_crc`` and the CRC-32C does not
-    match, CorruptCompressionError, CorruptRecordError (CorruptCompressedRecordError for a compressed
-    batch) naming the record index and byte position.
+    match, CorruptCompressionError, DecompressionLimitError (naming the base offset) when a compressed
+    records section would decompress to more than ``max_decompressed_bytes``, CorruptRecordError
+    (CorruptCompressedRecordError for a compressed batch) naming the record index and byte position,
+    also when the records decoded are not exactly as many as the header declares.
     """
     header = parse_header(buf, position)
     if verify_crc:
         verify_batch_crc(buf, header, position)
-    return _decode_records_of(buf, position, header)
+    return _decode_records_of(buf, position, header, max_decompressed_bytes)
 
 
 def iter_batches(
-    buf: Buffer, *, verify_crc: bool = True, ignore_truncated_tail: bool = False
+    buf: Buffer,
+    *,
+    verify_crc: bool = True,
+    ignore_truncated_tail: bool = False,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> Iterator[DecodedBatch]:
     """Decode each batch of a buffer of concatenated batches, in order; raise on the first bad one.
 
     A fetch response may end with a partial batch (the broker cuts at its byte limit); with
     ``ignore_truncated_tail`` such a tail ends the iteration instead of raising TruncatedBatchError.
+    ``max_decompressed_bytes`` bounds each compressed batch, as in `decode_batch`.
     """
     position = 0
     end = len(buf)
@@ -225,7 +244,7 @@ def iter_batches(
             raise
         if verify_crc:
             verify_batch_crc(buf, header, position)
-        yield _decode_records_of(buf, position, header)
+        yield _decode_records_of(buf, position, header, max_decompressed_bytes)
         position += header.size
 
 
@@ -307,7 +326,7 @@ class _MalformedRecord(Exception):
         self.position = position
 
 
-def _decode_records_of(buf: Buffer, position: int, header: BatchHeader) -> DecodedBatch:
+def _decode_records_of(buf: Buffer, position: int, header: BatchHeader, limit: int) -> DecodedBatch:
     section_position = position + HEADER_SIZE
     section = memoryview(buf)[section_position : position + header.size]
     codec = header.compression
@@ -315,10 +334,14 @@ def _decode_records_of(buf: Buffer, position: int, header: BatchHeader) -> Decod
         data: Buffer = section
     else:
         try:
-            data = decompress(codec, section)
+            data = decompress(codec, section, limit=limit)
         except CorruptCompressionError as error:
             raise CorruptCompressionError(
                 error.reason, position=section_position + error.position, codec=codec
+            ) from error
+        except DecompressionLimitError as error:
+            raise DecompressionLimitError(
+                codec=codec, limit=limit, position=section_position, base_offset=header.base_offset
             ) from error
     log_append_time = header.max_timestamp if header.timestamp_type is TimestampType.LOG_APPEND_TIME else None
     records: list[Record] = []

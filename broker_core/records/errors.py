@@ -78,6 +78,30 @@ class CorruptCompressionError(RecordsError):
         self.codec = codec
 
 
+class DecompressionLimitError(RecordsError):
+    """A compressed records section decompresses to more than the limit allowed (a decompression bomb).
+
+    Decompression stops at the limit, so the full size is never known. ``base_offset`` is the batch's
+    (None when the caller decompressed a bare records section).
+    """
+
+    def __init__(self, *, codec: int, limit: int, position: int, base_offset: int | None = None) -> None:
+        name = _codec_name(codec)
+        where = "records section" if base_offset is None else f"records of the batch at base offset {base_offset}"
+        super().__init__(
+            f"{name} {where} decompress to more than {limit} bytes"
+            " (floe.message.max.decompressed.bytes)",
+            position=position,
+        )
+        self.codec = codec
+        self.limit = limit
+        self.base_offset = base_offset
+
+
+def _codec_name(codec: int) -> str:
+    return {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}.get(codec, f"codec {codec}")
+
+
 class CorruptCompressedRecordError(CorruptRecordError):
     """A record inside a compressed batch cannot be decoded.
 

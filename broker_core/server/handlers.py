@@ -23,6 +23,7 @@ from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError
 from broker_core.log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
+from broker_core.metadata.topics import PartitionLimits
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import FileRecords, Request
 from broker_core.protocol.messages import (
@@ -468,6 +469,13 @@ class RequestHandlers:
         body = request.body
         results = []
         created = False
+        limits = PartitionLimits(self.context.config.get_int("floe.max.partitions"),
+                                 self.context.config.get_int("floe.max.replicas.per.broker"))
+        image = self.context.image
+        # What the cluster holds, plus what this request has created or validated so far.
+        existing_partitions = sum(t.num_partitions for t in image.topics.values())
+        existing_replicas = sum(t.num_partitions * t.replication_factor for t in image.topics.values())
+        live = len(image.live_brokers())
         for topic in body.topics:
             result = {"name": topic.name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none,
                       "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -482,6 +490,10 @@ class RequestHandlers:
                 continue
             try:
                 validate_topic_configs(configs)
+                if num_partitions >= 1 and replication >= 1:
+                    limits.check_new_partitions(
+                        existing_partitions=existing_partitions, existing_replicas=existing_replicas,
+                        live_brokers=live, new_partitions=num_partitions, replication_factor=replication)
                 if body.validate_only:
                     self._validate_new_topic(topic.name, num_partitions, replication)
                     description = None
@@ -495,6 +507,8 @@ class RequestHandlers:
             except meta_errors.MetadataError as exc:
                 result["error_code"], result["error_message"] = _metadata_error_code(exc), str(exc)
                 continue
+            existing_partitions += num_partitions
+            existing_replicas += num_partitions * replication
             result["num_partitions"] = num_partitions
             result["replication_factor"] = replication
             if description is not None:
@@ -595,6 +609,7 @@ _METADATA_ERROR_CODES: dict[type[Exception], ErrorCode] = {
     meta_errors.InvalidPartitionsError: ErrorCode.invalid_partitions,
     meta_errors.InvalidTopicError: ErrorCode.invalid_topic_exception,
     meta_errors.InvalidConfigError: ErrorCode.invalid_config,
+    meta_errors.PolicyViolationError: ErrorCode.policy_violation,
 }
 
 

@@ -189,7 +189,7 @@ class Partition:
         return info
 
     def append_as_follower(self, records: bytes) -> AppendInfo:
-        validated = self.log.validate(records)
+        validated = self.log.validate(records, as_leader=False)
         info = self.log.append_as_follower(validated)
         self.producers.record_all(validated.headers())
         return info

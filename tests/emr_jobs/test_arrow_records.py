@@ -19,12 +19,14 @@ from broker_core.records import (
     build_control_batch,
     iter_batches,
 )
+from broker_core.records.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from broker_core.records.errors import RecordsError
 from broker_core.records.header import CRC_OFFSET, compute_crc
 from emr_jobs.arrow_records import RecordRange, arrow_schema, iter_arrow_batches
 from emr_jobs.errors import CorruptSegmentError
 from emr_jobs.schema import kafka_schema
 from tests.emr_jobs.tiered_log import record_batches
+from tests.support.bombs import bomb_batch, bomb_payload
 
 EVERYTHING = 2**62
 
@@ -315,3 +317,27 @@ def test_a_header_key_decodes_exactly_when_python_takes_it_as_utf8(key: bytes) -
             decode([data])
     else:
         assert rows_of(decode([data]))[0][5] == ((expected, b"x"),)
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+def test_a_decompression_bomb_is_reported_with_its_segment_and_base_offset(codec: Compression) -> None:
+    good = build_batch([SimpleRecord(value=b"a")])
+    bomb = bytearray(bomb_batch(codec, bomb_payload(codec, 100 * 1024 * 1024)))
+    bomb[:8] = (1).to_bytes(8, "big")  # the batch after the first record
+    with pytest.raises(CorruptSegmentError) as raised:
+        decode([good + bytes(bomb)], stream_position=8192)
+    assert raised.value.object_key == "seg.log"
+    assert raised.value.position == 8192 + len(good) + 61
+    assert "base offset 1" in raised.value.reason
+    assert str(DEFAULT_MAX_DECOMPRESSED_BYTES) in raised.value.reason
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD])
+def test_a_record_count_the_bytes_cannot_hold_is_refused_before_anything_is_sized_by_it(codec: Compression) -> None:
+    honest = build_batch([SimpleRecord(value=b"v")] * 3, compression=codec)
+    inflated = bytearray(honest)
+    struct.pack_into(">i", inflated, 23, 2**31 - 2)  # lastOffsetDelta
+    struct.pack_into(">i", inflated, 57, 2**31 - 1)  # recordsCount
+    with pytest.raises(CorruptSegmentError) as raised:
+        decode([recrc(inflated)])
+    assert "declares 2147483647 records" in raised.value.reason

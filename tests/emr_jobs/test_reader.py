@@ -17,9 +17,17 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from broker_core.aws import AwsSettings
 from broker_core.metadata.errors import UnknownTopicError
+from broker_core.records import Compression
+from broker_core.records.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from emr_jobs import FloeDataSource, FloeReader
 from emr_jobs.arrow_records import arrow_schema
-from emr_jobs.errors import InvalidOptionError, OffsetNotTieredError, SegmentGoneError, UnknownPartitionError
+from emr_jobs.errors import (
+    CorruptSegmentError,
+    InvalidOptionError,
+    OffsetNotTieredError,
+    SegmentGoneError,
+    UnknownPartitionError,
+)
 from emr_jobs.options import parse_options
 from emr_jobs.planning import SegmentRead
 from emr_jobs.schema import kafka_schema
@@ -32,6 +40,7 @@ from tests.emr_jobs.tiered_log import (
     tier_segments,
     write_log,
 )
+from tests.support.bombs import log_holding_a_bomb
 
 SEGMENT_BYTES = 6000
 
@@ -203,3 +212,19 @@ def test_a_user_schema_other_than_the_kafka_schema_is_refused() -> None:
     with pytest.raises(InvalidOptionError, match="schema"):
         source.reader(StructType([StructField("value", StringType())]))
     assert isinstance(source.reader(kafka_schema(False)), FloeReader)
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD],
+                         ids=lambda codec: codec.name.lower())
+def test_a_decompression_bomb_in_a_segment_fails_the_read_naming_the_segment_and_offset(
+        cluster: AwsSettings, tmp_path: Path, codec: Compression) -> None:
+    topic = create_topic(cluster, "events", 1)
+    log = log_holding_a_bomb(tmp_path / "events-0", codec)
+    (segment,) = tier_segments(cluster, log, topic, 0)
+    floe = reader(cluster)
+    with pytest.raises(CorruptSegmentError) as raised:
+        for read in floe.partitions():
+            list(floe.read(read))
+    assert raised.value.object_key == segment.log_key
+    assert "base offset 1" in raised.value.reason
+    assert str(DEFAULT_MAX_DECOMPRESSED_BYTES) in raised.value.reason

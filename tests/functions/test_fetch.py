@@ -8,8 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker_core.local_stack import LocalStack
+from broker_core.metadata.store import MetadataStore
+from broker_core.records import Compression
+from broker_core.records.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
+from tests.emr_jobs.tiered_log import tier_segments
 from tests.functions.conftest import HTTP_STACK_OVERRIDES
 from tests.functions.http_api import HttpApi
+from tests.support.bombs import log_holding_a_bomb
 from tests.support.waiting import wait_until
 
 TIERED_CONFIGS = {"remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.bytes": "0"}
@@ -177,3 +182,20 @@ def test_tiered_history_stays_readable_with_every_broker_down(tmp_path: Path) ->
         assert beyond.status == 503
     finally:
         stack.stop(save_state=False)
+
+
+def test_a_decompression_bomb_in_s3_gets_502_naming_the_segment_and_offset(
+        api: HttpApi, make_topic: Callable[..., str], http_stack: LocalStack, tmp_path: Path) -> None:
+    topic = make_topic(partitions=1, configs={"remote.storage.enable": "true", "retention.ms": "-1"})
+    description = MetadataStore(http_stack.aws).get_topic(topic)
+    log = log_holding_a_bomb(tmp_path / f"{topic}-0", Compression.ZSTD)
+    (segment,) = tier_segments(http_stack.aws, log, description, 0)
+    answer = api.get(f"/v1/topics/{topic}/partitions/0/records?offset=1")
+    assert answer.status == 502
+    assert answer.body["error_code"] == 502
+    assert segment.log_key in answer.body["message"]
+    assert "base offset 1" in answer.body["message"]
+    assert str(DEFAULT_MAX_DECOMPRESSED_BYTES) in answer.body["message"]
+    before = api.get(f"/v1/topics/{topic}/partitions/0/records?offset=0&max_bytes=1&format=string")
+    assert before.status == 200
+    assert [r["value"]["data"] for r in before.body["records"]] == ["before"]

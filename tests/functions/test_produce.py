@@ -13,6 +13,7 @@ import pytest
 from broker_core.client import FloeClient
 from broker_core.local_stack import LocalStack
 from broker_core.partitioner import partition_for_key
+from functions.models import MAX_RECORDS_PER_REQUEST
 from tests.functions.http_api import HttpApi
 
 
@@ -147,6 +148,22 @@ def test_a_body_over_six_megabytes_gets_413_and_appends_nothing(
     assert answer.status == 413
     assert answer.body["error_code"] == 413
     assert log_end_offsets(topic) == {0: 0}
+
+
+def test_more_records_than_the_request_limit_get_413_and_append_nothing(
+        api: HttpApi, make_topic: Callable[..., str], log_end_offsets: Callable[[str], dict[int, int]]) -> None:
+    topic = make_topic(partitions=1)
+    record = {"value": {"type": "STRING", "data": "x"}}
+    answer = api.post(f"/v1/topics/{topic}/records", {"records": [record] * (MAX_RECORDS_PER_REQUEST + 1)})
+    assert answer.status == 413
+    assert answer.body["error_code"] == 413
+    assert answer.body["limit"] == MAX_RECORDS_PER_REQUEST
+    assert answer.body["count"] == MAX_RECORDS_PER_REQUEST + 1
+    assert str(MAX_RECORDS_PER_REQUEST) in answer.body["message"]
+    assert log_end_offsets(topic) == {0: 0}
+    answer = api.post(f"/v1/topics/{topic}/records", {"records": [record] * MAX_RECORDS_PER_REQUEST})
+    assert answer.status == 200, answer.body
+    assert log_end_offsets(topic) == {0: MAX_RECORDS_PER_REQUEST}
 
 
 def test_a_batch_over_max_message_bytes_gets_413_and_no_partition_is_appended(

@@ -17,9 +17,10 @@ TEST_BROKER_OVERRIDES = {
 
 
 @contextmanager
-def running_stack(directory: Path, brokers: int = 1, overrides: dict[str, str] | None = None) -> Iterator[LocalStack]:
+def running_stack(directory: Path, brokers: int = 1, overrides: dict[str, str] | None = None, *,
+                  http: bool = False) -> Iterator[LocalStack]:
     settings = {**TEST_BROKER_OVERRIDES, **(overrides or {})}
-    stack = LocalStack(directory=directory, brokers=brokers, overrides=settings)
+    stack = LocalStack(directory=directory, brokers=brokers, overrides=settings, http=http)
     stack.start()
     try:
         yield stack
