@@ -144,6 +144,9 @@ def test_unknown_quota_keys_and_bad_values_get_invalid_request_with_a_message(ka
     assert response.entries[0].error_code == ErrorCode.invalid_request
     response = alter_with_kafka_python(kafka_admin, {"ip": "10.0.0.1"}, {"producer_byte_rate": 1.0})
     assert response.entries[0].error_code == ErrorCode.invalid_request
+    for value in (float("nan"), float("inf"), 0.5):
+        response = alter_with_kafka_python(kafka_admin, {"client-id": "bad"}, {"consumer_byte_rate": value})
+        assert response.entries[0].error_code == ErrorCode.invalid_request, value
     described = describe_with_kafka_python(kafka_admin, [("client-id", 0, "bad")], strict=False)
     assert described.entries == []
 
@@ -273,3 +276,18 @@ def test_a_restarted_broker_reads_the_quotas_from_dynamodb(stack: LocalStack, ka
             return False
 
     wait_until(throttled_on_broker_2, "the restarted broker leads a partition and throttles", timeout_s=30)
+
+
+def test_each_entry_of_an_alteration_succeeds_or_fails_alone(kafka_admin: KafkaAdminClient) -> None:
+    entry = AlterClientQuotasRequest.EntryData
+    request = AlterClientQuotasRequest(entries=[
+        entry(entity=[entry.EntityData(entity_type="client-id", entity_name="good-entry")],
+              ops=[entry.OpData(key="producer_byte_rate", value=5000.0, remove=False)]),
+        entry(entity=[entry.EntityData(entity_type="client-id", entity_name="bad-entry")],
+              ops=[entry.OpData(key="producer_byte_rate", value=-5.0, remove=False)]),
+    ], validate_only=False)
+    response = kafka_python_send(kafka_admin, request)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none, ErrorCode.invalid_request]
+    described = describe_with_kafka_python(kafka_admin, [("client-id", 2, None)], strict=True)
+    names = {entry.entity[0].entity_name for entry in described.entries}
+    assert "good-entry" in names and "bad-entry" not in names
