@@ -258,12 +258,15 @@ def main() -> None:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="quota-bench-") as scratch:
-        stack = LocalStack(directory=Path(scratch) / "stack", brokers=1)
+        stack = LocalStack(directory=Path(scratch) / "stack", brokers=1,
+                           overrides={"log.retention.check.interval.ms": "2000"})
         stack.start()
         try:
             servers = stack.bootstrap_servers
-            for topic in (WRITE_TOPIC, READ_TOPIC):
-                asyncio.run(admin(servers, lambda c, t=topic: c.create_topic(t, 1, 1, {"segment.bytes": str(256 * MIB)})))
+            # The unthrottled producers write hundreds of MB/s: retention keeps the written topic small.
+            asyncio.run(admin(servers, lambda c: c.create_topic(WRITE_TOPIC, 1, 1, {
+                "segment.bytes": str(32 * MIB), "retention.bytes": str(256 * MIB)})))
+            asyncio.run(admin(servers, lambda c: c.create_topic(READ_TOPIC, 1, 1, {"segment.bytes": str(256 * MIB)})))
             prefill(servers)
             runs = []
             for number in range(args.runs):
