@@ -54,6 +54,7 @@ WRITE_TOPIC, READ_TOPIC = "quota-bench-write", "quota-bench-read"
 PRODUCER_SETTINGS = {"acks": "1", "linger.ms": "5", "batch.size": "1000000", "batch.num.messages": "100000",
                      "queue.buffering.max.kbytes": "8192", "message.timeout.ms": "300000"}
 UNLIMITED_QUOTA = 10**12  # bytes/s: defined, never reached
+MAX_UNACKED = 8 * MIB // VALUE_BYTES
 
 
 def produce_for(servers: str, client_id: str, start: float, warmup_s: float, measure_s: float,
@@ -89,18 +90,27 @@ def produce_kafka_python_for(servers: str, client_id: str, start: float, warmup_
     """`produce_for` with kafka-python, which honours throttle_time itself (KIP-219; librdkafka does not)."""
     from kafka import KafkaProducer
 
-    delivered = [0]
+    delivered, settled = [0], [0]
     begin, end = start + warmup_s, start + warmup_s + measure_s
 
     def on_delivery(_: Any) -> None:
+        settled[0] += 1
         if begin <= time.time() <= end:
             delivered[0] += VALUE_BYTES
 
+    def on_error(_: Any) -> None:
+        settled[0] += 1
+
     producer = KafkaProducer(bootstrap_servers=servers, client_id=client_id, acks=1, linger_ms=5,
-                             batch_size=1_000_000, max_request_size=2_000_000, buffer_memory=8 * MIB, max_block_ms=60_000)
+                             batch_size=1_000_000, max_request_size=2_000_000)
     value = b"q" * VALUE_BYTES
+    sent = 0
     while time.time() < end:
-        producer.send(WRITE_TOPIC, value, partition=0).add_callback(on_delivery)
+        if sent - settled[0] >= MAX_UNACKED:  # as librdkafka's bounded queue: at most 8 MB waiting
+            time.sleep(0.001)
+            continue
+        producer.send(WRITE_TOPIC, value, partition=0).add_callback(on_delivery).add_errback(on_error)
+        sent += 1
     producer.close(timeout=0)
     results.put((client_id, delivered[0] / measure_s, -1, -1.0))
 
