@@ -89,6 +89,7 @@ def produce_kafka_python_for(servers: str, client_id: str, start: float, warmup_
                              results: Any) -> None:
     """`produce_for` with kafka-python, which honours throttle_time itself (KIP-219; librdkafka does not)."""
     from kafka import KafkaProducer
+    from kafka.errors import KafkaTimeoutError
 
     delivered, settled = [0], [0]
     begin, end = start + warmup_s, start + warmup_s + measure_s
@@ -111,8 +112,11 @@ def produce_kafka_python_for(servers: str, client_id: str, start: float, warmup_
             continue
         producer.send(WRITE_TOPIC, value, partition=0).add_callback(on_delivery).add_errback(on_error)
         sent += 1
-    producer.close(timeout=0)
     results.put((client_id, delivered[0] / measure_s, -1, -1.0))
+    try:
+        producer.close(timeout=1)
+    except KafkaTimeoutError:  # records still throttled are not waited for
+        pass
 
 
 def consume_kafka_python_for(servers: str, client_id: str, start: float, warmup_s: float, measure_s: float,
