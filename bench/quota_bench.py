@@ -128,8 +128,8 @@ def consume_kafka_python_for(servers: str, client_id: str, start: float, warmup_
     received = 0
     begin, end = start + warmup_s, start + warmup_s + measure_s
     partition = KafkaPythonPartition(READ_TOPIC, 0)
-    consumer = KafkaConsumer(bootstrap_servers=servers, client_id=client_id, enable_auto_commit=False,
-                             fetch_max_bytes=50 * MIB, max_partition_fetch_bytes=50 * MIB)
+    # Fetch sizes are kafka-python's (and the Java client's) defaults: 1 MiB per partition.
+    consumer = KafkaConsumer(bootstrap_servers=servers, client_id=client_id, enable_auto_commit=False)
     consumer.assign([partition])
     consumer.seek(partition, 0)
     end_offset = consumer.end_offsets([partition])[partition]
