@@ -250,6 +250,72 @@ def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quota_entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+    """The entity the --user/--client-id options name, as (entity_type, name or None for the default)."""
+    entity: list[tuple[str, str | None]] = []
+    if args.user is not None or args.user_default:
+        entity.append(("user", None if args.user_default else args.user))
+    if args.client_id is not None or args.client_id_default:
+        entity.append(("client-id", None if args.client_id_default else args.client_id))
+    return entity
+
+
+def _quota_values(text: str | None) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for pair in filter(None, (text or "").split(",")):
+        key, sep, value = pair.partition("=")
+        try:
+            values[key.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"--add {pair!r} is not KEY=NUMBER") from None
+        if not sep:
+            raise ConfigError(f"--add {pair!r} is not KEY=NUMBER")
+    return values
+
+
+def _entity_text(entity: list[tuple[str, str | None]]) -> str:
+    return ", ".join(f"{kind}={'<default>' if name is None else name}" for kind, name in entity)
+
+
+def _quotas_alter(args: argparse.Namespace) -> int:
+    entity = _quota_entity(args)
+    if not entity:
+        raise ConfigError("name an entity: --user NAME, --user-default, --client-id ID or --client-id-default")
+    set_values = _quota_values(args.add)
+    remove = [key.strip() for key in (args.delete or "").split(",") if key.strip()]
+    if not set_values and not remove:
+        raise ConfigError("nothing to change: give --add KEY=VALUE,... and/or --delete KEY,...")
+
+    async def run() -> None:
+        async with _client(args) as client:
+            await client.alter_client_quotas(entity, set_values, remove)
+
+    asyncio.run(run())
+    print(f"altered quotas of {_entity_text(entity)}")
+    return 0
+
+
+def _quotas_describe(args: argparse.Namespace) -> int:
+    entity = _quota_entity(args)
+    # As kafka-configs: named entities are matched exactly and alone; no entity describes every one.
+    components = [(kind, 1 if name is None else 0, name) for kind, name in entity]
+
+    async def run() -> Any:
+        async with _client(args) as client:
+            return await client.describe_client_quotas(components, strict=bool(components))
+
+    found = asyncio.run(run())
+    if args.format == "json":
+        print(json.dumps([{"entity": {kind: name for kind, name in parts}, "quotas": values}
+                          for parts, values in found]))
+        return 0
+    table = Table("entity", "quotas")
+    for parts, values in found:
+        table.add_row(_entity_text(parts), ", ".join(f"{k}={v:g}" for k, v in sorted(values.items())))
+    _console().print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="floe", description="Floe: a Kafka-compatible log on object storage")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -322,6 +388,26 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--key-separator", default="\t", metavar="SEP", help="between key and value in text output")
     consume.set_defaults(func=_consume)
     add_group_commands(commands, cluster)
+
+    quotas = commands.add_parser("quotas", help="client quotas, as kafka-configs sets them").add_subparsers(
+        dest="quotas_command", required=True)
+    entity = argparse.ArgumentParser(add_help=False)
+    user = entity.add_mutually_exclusive_group()
+    user.add_argument("--user", metavar="NAME", help="a user (the principal's name; ANONYMOUS until brokers "
+                                                     "authenticate)")
+    user.add_argument("--user-default", action="store_true", help="the default user")
+    client_id = entity.add_mutually_exclusive_group()
+    client_id.add_argument("--client-id", metavar="ID", help="a client id (with --user: that user's client)")
+    client_id.add_argument("--client-id-default", action="store_true", help="the default client id")
+    alter = quotas.add_parser("alter", parents=[cluster, entity], help="set or remove quotas of an entity")
+    alter.add_argument("--add", metavar="KEY=VALUE,...",
+                       help="producer_byte_rate, consumer_byte_rate, request_percentage, controller_mutation_rate")
+    alter.add_argument("--delete", metavar="KEY,...", help="quota keys to remove")
+    alter.set_defaults(func=_quotas_alter)
+    describe_quotas = quotas.add_parser("describe", parents=[cluster, entity],
+                                        help="the quotas of the entity named (default: of every entity)")
+    describe_quotas.add_argument("--format", choices=("text", "json"), default="text")
+    describe_quotas.set_defaults(func=_quotas_describe)
     return parser
 
 

@@ -131,6 +131,12 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("group.max.size", _INT, 2147483647, "Most members a group may have."),
     _broker("offsets.retention.check.interval.ms", _INT, 600000, "How often expired offsets are deleted."),
     _broker("offset.metadata.max.bytes", _INT, 4096, "Largest metadata string of a committed offset."),
+    # Client quotas (KIP-13, KIP-124, KIP-599): the windows their rates are measured over.
+    _broker("quota.window.num", _INT, 11, "Samples a client's byte and request-time rates are measured over."),
+    _broker("quota.window.size.seconds", _INT, 1, "Length of one sample of a client's byte and request-time rates."),
+    _broker("controller.quota.window.num", _INT, 11,
+            "Samples of the controller mutation rate; the token bucket holds the quota times the span."),
+    _broker("controller.quota.window.size.seconds", _INT, 1, "Length of one sample of the controller mutation rate."),
     _broker("remote.log.manager.task.interval.ms", _INT, 30000, "How often tiering visits the partitions a broker leads.",
             public=False),
     _broker("remote.log.manager.copier.thread.pool.size", _INT, 4, "Partitions tiered at once.", public=False),

@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("formats and the settings registry", ("broker_core.records", "broker_core.partitioner", "broker_core.settings")),
     ("wire protocol and local log", ("broker_core.protocol", "broker_core.log")),
     ("AWS access", ("broker_core.aws", "broker_core.dynamodb_tables", "broker_core.retry")),
-    ("cluster metadata", ("broker_core.metadata",)),
+    ("cluster metadata and client quotas", ("broker_core.metadata", "broker_core.quotas")),
     ("Kafka client", ("broker_core.client",)),
     ("request path", ("broker_core.server",)),
     ("broker services", ("broker_core.replication", "broker_core.groups")),

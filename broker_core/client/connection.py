@@ -40,6 +40,8 @@ CLIENT_MAX_VERSIONS: dict[int, int] = {
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 5,
     ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
+    ApiKey.ALTER_CLIENT_QUOTAS: 1,
 }
 
 CLIENT_SOFTWARE_NAME = "floe-client"

@@ -351,6 +351,31 @@ class FloeClient:
             configs.update((entry.name, entry.value) for entry in result.configs)
         return configs
 
+    async def alter_client_quotas(self, entity: Sequence[tuple[str, str | None]], set_values: Mapping[str, float],
+                                  remove: Sequence[str] = (), *, validate_only: bool = False) -> None:
+        """Set and remove quotas of one entity, given as (entity_type, name or None for the default)
+        pairs; raises KafkaError with the broker's message when it refuses."""
+        ops = [{"key": k, "value": float(v), "remove": False} for k, v in set_values.items()]
+        ops += [{"key": k, "value": 0.0, "remove": True} for k in remove]
+        response = await self._send_anywhere(ApiKey.ALTER_CLIENT_QUOTAS, {
+            "entries": [{"entity": [{"entity_type": t, "entity_name": n} for t, n in entity], "ops": ops}],
+            "validate_only": validate_only,
+        }, idempotent=False)
+        for entry in response.entries:
+            raise_for(entry.error_code, entry.error_message)
+
+    async def describe_client_quotas(self, components: Sequence[tuple[str, int, str | None]] = (), *,
+                                     strict: bool = False) -> list[tuple[list[tuple[str, str | None]], dict[str, float]]]:
+        """Stored quotas matching (entity_type, match_type, match) filter components: for each
+        entity, its (entity_type, name or None for the default) pairs and its quotas."""
+        response = await self._send_anywhere(ApiKey.DESCRIBE_CLIENT_QUOTAS, {
+            "components": [{"entity_type": t, "match_type": m, "match": n} for t, m, n in components],
+            "strict": strict,
+        })
+        raise_for(response.error_code, response.error_message)
+        return [([(e.entity_type, e.entity_name) for e in entry.entity], {v.key: v.value for v in entry.values})
+                for entry in response.entries or ()]
+
     # produce -----------------------------------------------------------------------------------
 
     async def produce(self, topic: str, records: Sequence[RecordInput] | bytes, partition: int, *, acks: int = -1,

@@ -9,6 +9,8 @@ broker imports the services, so the import graph has no circle through `Broker`.
 from __future__ import annotations
 
 from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.quotas.rates import WindowConfig
+from broker_core.quotas.service import QuotaService
 from broker_core.replication.fetcher import ReplicaFetcherManager
 from broker_core.replication.isr import IsrManager
 from tiered_storage.service import TieringService
@@ -25,7 +27,12 @@ def build_broker(config: BrokerConfig) -> Broker:
     broker = Broker(config)
     groups = GroupCoordinator(broker)
     tiering = TieringService(broker)
-    handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), remote_reads=tiering.reader)
+    quotas = QuotaService(
+        config.aws,
+        WindowConfig(config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds")),
+        WindowConfig(config.get_int("controller.quota.window.num"), config.get_int("controller.quota.window.size.seconds")),
+    )
+    handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), quotas, remote_reads=tiering.reader)
     for api_key, handler in groups.api_handlers().items():
         handlers.register(api_key, handler)
     limits = ListenerLimits.from_settings(config.get_int, config.get)
@@ -34,6 +41,7 @@ def build_broker(config: BrokerConfig) -> Broker:
         listener=listener,
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
-        services=(groups, tiering),
+        services=(quotas, groups, tiering),
+        followers=(quotas,),
     ))
     return broker

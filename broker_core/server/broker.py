@@ -63,6 +63,12 @@ class IsrDuty(Protocol):
     async def run_once(self) -> None: ...
 
 
+class MetadataFollower(Protocol):
+    """Cluster state cached beside the metadata image (client quotas), re-read with every refresh."""
+
+    async def reload(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class BrokerParts:
     """The pieces `broker_core.server.assembly` builds around a broker and hands in with `Broker.host`."""
@@ -71,6 +77,7 @@ class BrokerParts:
     fetchers: ReplicaFetchers
     isr: IsrDuty
     services: Sequence[BrokerService]
+    followers: Sequence[MetadataFollower] = ()
 
 
 class Broker:
@@ -295,9 +302,11 @@ class Broker:
         async with self._refresh_lock:
             if unless_at is not None and self.image.version >= unless_at:
                 return
-            # Two independent reads, so they overlap: the refresh is on the failover path.
-            snapshot, lease = await asyncio.gather(asyncio.to_thread(self.store.snapshot),
-                                                   asyncio.to_thread(self.lease.current))
+            # Independent reads, so they overlap: the refresh is on the failover path. Followers
+            # (client quotas) re-read what they cache; each handles its own failures.
+            snapshot, lease, *_ = await asyncio.gather(asyncio.to_thread(self.store.snapshot),
+                                                       asyncio.to_thread(self.lease.current),
+                                                       *(follower.reload() for follower in self.parts.followers))
             image = MetadataImage.from_snapshot(snapshot, controller_id=lease.holder if lease else -1)
             self.image = image
             self.replicas.apply(image)

@@ -10,6 +10,7 @@ request-level error, which the connection answers or turns into closing that con
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import time
@@ -35,6 +36,10 @@ from broker_core.protocol.messages import (
     SUPPORTED_VERSIONS,
     respond,
 )
+from broker_core.quotas.admin import QuotaFilter, describe, parse_alteration
+from broker_core.quotas.entities import REQUEST_PERCENTAGE, QuotaEntityError, client_identity
+from broker_core.quotas.loop_time import LoopTimed
+from broker_core.quotas.store import QuotaStoreError
 from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
@@ -50,6 +55,8 @@ from .config import TopicConfigError, validate_topic_configs
 from .remote_reads import RemoteReads, RemoteStorageError
 
 if TYPE_CHECKING:
+    from broker_core.quotas.service import QuotaService
+
     from .context import BrokerContext
     from .producer_ids import ProducerIdAllocator
 
@@ -65,12 +72,18 @@ class RequestHandlers:
     ``remote_reads`` is the tiering service's reader when the broker tiers to S3 (None otherwise):
     consumers' Fetch and ListOffsets below the local log start go there. Handlers run on the event
     loop; a connection calls one at a time, except Produce (see `start_produce`).
+
+    Client quotas (``quotas.manager``): Produce and Fetch record their bytes, every request other
+    than a replica's fetch its event-loop time, CreateTopics and DeleteTopics their partitions; the
+    throttle time goes in the response's ``throttle_time`` (the listener then mutes the connection
+    that long). A throttled Fetch is answered without records, as Kafka does.
     """
 
-    def __init__(self, context: BrokerContext, producer_ids: ProducerIdAllocator,
+    def __init__(self, context: BrokerContext, producer_ids: ProducerIdAllocator, quotas: QuotaService,
                  remote_reads: RemoteReads | None = None) -> None:
         self.context = context
         self.producer_ids = producer_ids
+        self.quotas = quotas
         self.remote_reads = remote_reads
         self.table: dict[int, Handler] = {
             ApiKey.PRODUCE: self.produce,
@@ -83,6 +96,8 @@ class RequestHandlers:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
         }
 
     def register(self, api_key: int, handler: Handler) -> None:
@@ -93,7 +108,14 @@ class RequestHandlers:
         return {key: SUPPORTED_VERSIONS[key] for key in sorted(self.table) if key in SUPPORTED_VERSIONS}
 
     async def handle(self, request: Request) -> Any:
-        return await self.table[request.api_key](request)
+        handler = self.table[request.api_key](request)
+        quotas = self.quotas.manager
+        if not quotas.enforces(REQUEST_PERCENTAGE) or _from_replica(request):
+            return await handler
+        timed = LoopTimed(handler)
+        response = await timed
+        throttle_s = quotas.record_request_time(client_identity(request.client_id), timed.elapsed_s)
+        return with_throttle(response, throttle_s)
 
     # ApiVersions -------------------------------------------------------------------------------
 
@@ -178,6 +200,7 @@ class RequestHandlers:
         results: list[tuple[str, list[dict[str, Any]]]] = []
         pending: list[tuple[dict[str, Any], Any, int]] = []
         await self._catch_up_for(topic_data.name for topic_data in body.topic_data)
+        started = time.perf_counter()
         for topic_data in body.topic_data:
             partition_results = []
             for data in topic_data.partition_data:
@@ -190,6 +213,7 @@ class RequestHandlers:
                     self._append(topic_data.name, data.index, data.records, acks, result, pending)
                 partition_results.append(result)
             results.append((topic_data.name, partition_results))
+        throttle_s = self._produce_throttle(request, time.perf_counter() - started)
 
         # The response needs only the request's header. Kept while acks=all waits, the decoded body
         # would hold the request's records in memory after they are on disk, for every request in a
@@ -204,10 +228,20 @@ class RequestHandlers:
                 await self._await_replication(pending, timeout_s)
             return respond(header, {
                 "responses": [{"name": name, "partition_responses": parts} for name, parts in results],
-                "throttle_time": NO_THROTTLE,
+                "throttle_time": _throttle_time(throttle_s),
             })
 
         return complete
+
+    def _produce_throttle(self, request: Request, appending_s: float) -> float:
+        """Kafka records a Produce request's whole size against the producer byte rate, and (here)
+        the time its appends took on the event loop against the request percentage."""
+        quotas = self.quotas.manager
+        identity = client_identity(request.client_id)
+        throttle_s = quotas.record_produce(identity, request.size)
+        if quotas.enforces(REQUEST_PERCENTAGE):
+            throttle_s = max(throttle_s, quotas.record_request_time(identity, appending_s))
+        return throttle_s
 
     def _append(self, topic: str, index: int, records: bytes | None, acks: int,
                 result: dict[str, Any], pending: list) -> None:
@@ -271,8 +305,16 @@ class RequestHandlers:
         replica_id = getattr(body, "replica_id", -1)
         deadline = time.monotonic() + body.max_wait.total_seconds()
         await self._catch_up_for(getattr(topic_request, "topic", None) for topic_request in body.topics)
+        quotas = self.quotas.manager
+        identity = client_identity(request.client_id)
+        max_bytes = body.max_bytes
+        if replica_id < 0:
+            # Kafka's cap: no more in one response than the consumer quota allows over the window.
+            limit = quotas.fetch_limit(identity)
+            if limit is not None:
+                max_bytes = min(max_bytes, limit)
         while True:
-            topics, total, partitions, had_error = await self._read_fetch(body, replica_id)
+            topics, total, partitions, had_error = await self._read_fetch(body, replica_id, max_bytes)
             remaining = deadline - time.monotonic()
             if total >= body.min_bytes or had_error or remaining <= 0 or not partitions:
                 break
@@ -280,13 +322,19 @@ class RequestHandlers:
             await asyncio.wait(futures, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             for future in futures:
                 future.cancel()
+        throttle_s = quotas.record_fetch(identity, total) if replica_id < 0 else 0.0
+        if throttle_s > 0:
+            # As Kafka: a throttled consumer gets no records, and what it was not sent is not counted.
+            quotas.unrecord_fetch(identity, total)
+            topics = []
         return respond(request, {
-            "throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "session_id": 0, "responses": topics,
+            "throttle_time": _throttle_time(throttle_s), "error_code": ErrorCode.none, "session_id": 0,
+            "responses": topics,
         })
 
-    async def _read_fetch(self, body: Any, replica_id: int) -> tuple[list, int, list, bool]:
+    async def _read_fetch(self, body: Any, replica_id: int, max_bytes: int) -> tuple[list, int, list, bool]:
         image = self.context.image
-        remaining = body.max_bytes
+        remaining = max_bytes
         total = 0
         had_error = False
         watched = []
@@ -476,6 +524,9 @@ class RequestHandlers:
         existing_partitions = sum(t.num_partitions for t in image.topics.values())
         existing_replicas = sum(t.num_partitions * t.replication_factor for t in image.topics.values())
         live = len(image.live_brokers())
+        quotas = self.quotas.manager
+        identity = client_identity(request.client_id)
+        strict = request.api_version >= _STRICT_MUTATION_QUOTA[ApiKey.CREATE_TOPICS]
         for topic in body.topics:
             result = {"name": topic.name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none,
                       "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -497,7 +548,11 @@ class RequestHandlers:
                 if body.validate_only:
                     self._validate_new_topic(topic.name, num_partitions, replication)
                     description = None
+                elif strict and quotas.mutation_exceeded(identity):
+                    result["error_code"], result["error_message"] = ErrorCode.throttling_quota_exceeded, _THROTTLED
+                    continue
                 else:
+                    quotas.record_mutations(identity, num_partitions)
                     description = await asyncio.to_thread(
                         self.context.store.create_topic, topic.name, num_partitions, replication, configs
                     )
@@ -520,7 +575,7 @@ class RequestHandlers:
             ]
         if created:
             await self.context.refresh_metadata()
-        return respond(request, {"throttle_time": NO_THROTTLE, "topics": results})
+        return respond(request, {"throttle_time": _throttle_time(quotas.mutation_throttle(identity)), "topics": results})
 
     def _validate_new_topic(self, name: str, num_partitions: int, replication: int) -> None:
         """What create_topic checks, without writing: for CreateTopics with validate_only."""
@@ -539,17 +594,28 @@ class RequestHandlers:
         names += [t.name for t in getattr(body, "topics", ()) or () if t.name]
         results = []
         deleted = False
+        quotas = self.quotas.manager
+        identity = client_identity(request.client_id)
+        strict = request.api_version >= _STRICT_MUTATION_QUOTA[ApiKey.DELETE_TOPICS]
         for name in names:
             result = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
             results.append(result)
+            if strict and quotas.mutation_exceeded(identity):
+                result["error_code"], result["error_message"] = ErrorCode.throttling_quota_exceeded, _THROTTLED
+                continue
+            described = self.context.image.topics.get(name)
             try:
                 await asyncio.to_thread(self.context.store.delete_topic, name)
                 deleted = True
             except meta_errors.MetadataError as exc:
                 result["error_code"], result["error_message"] = _metadata_error_code(exc), str(exc)
+                continue
+            if described is not None:
+                quotas.record_mutations(identity, described.num_partitions)
         if deleted:
             await self.context.refresh_metadata()
-        return respond(request, {"throttle_time": NO_THROTTLE, "responses": results})
+        return respond(request, {"throttle_time": _throttle_time(quotas.mutation_throttle(identity)),
+                                 "responses": results})
 
     async def describe_configs(self, request: Request) -> Any:
         body = request.body
@@ -584,6 +650,90 @@ class RequestHandlers:
                 for e in entries
             ]
         return respond(request, {"throttle_time": NO_THROTTLE, "results": results})
+
+    # Client quotas -----------------------------------------------------------------------------
+
+    async def describe_client_quotas(self, request: Request) -> Any:
+        """The stored quotas the filter matches, read from DynamoDB (so a change made through any
+        broker is seen at once)."""
+        body = request.body
+        response = {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "error_message": None, "entries": None}
+        try:
+            quota_filter = QuotaFilter.parse(((c.entity_type, c.match_type, c.match) for c in body.components),
+                                             body.strict)
+        except QuotaEntityError as exc:
+            response["error_code"], response["error_message"] = ErrorCode.invalid_request, str(exc)
+            return respond(request, response)
+        try:
+            stored = await asyncio.to_thread(self.quotas.store.load)
+        except QuotaStoreError as exc:
+            response["error_code"], response["error_message"] = ErrorCode.request_timed_out, str(exc)
+            return respond(request, response)
+        response["entries"] = [
+            {"entity": [{"entity_type": kind, "entity_name": name} for kind, name in entity.parts()],
+             "values": [{"key": key, "value": value} for key, value in sorted(values.items())]}
+            for entity, values in describe(stored.by_entity, quota_filter)
+        ]
+        return respond(request, response)
+
+    async def alter_client_quotas(self, request: Request) -> Any:
+        """Set and remove quotas per entity; each entry succeeds or fails alone. After a change the
+        metadata version is bumped, so every broker applies it within one metadata poll."""
+        body = request.body
+        entries = []
+        changed = False
+        for entry in body.entries:
+            parts = [(e.entity_type, e.entity_name) for e in entry.entity]
+            result = {"error_code": ErrorCode.none, "error_message": None,
+                      "entity": [{"entity_type": kind, "entity_name": name} for kind, name in parts]}
+            entries.append(result)
+            try:
+                alteration = parse_alteration(parts, ((op.key, op.value, op.remove) for op in entry.ops))
+            except QuotaEntityError as exc:
+                result["error_code"], result["error_message"] = ErrorCode.invalid_request, str(exc)
+                continue
+            if body.validate_only:
+                continue
+            try:
+                await asyncio.to_thread(self.quotas.store.alter, alteration.entity, alteration.set_values,
+                                        alteration.remove)
+                changed = True
+            except QuotaStoreError as exc:
+                result["error_code"], result["error_message"] = ErrorCode.request_timed_out, str(exc)
+        if changed:
+            try:
+                await asyncio.to_thread(self.context.store.bump_metadata_version)
+            except meta_errors.MetadataError as exc:
+                # Stored, but other brokers learn of it only with the next metadata change.
+                log.warning("client quotas changed but the metadata version was not bumped: %s", exc)
+            await self.context.refresh_metadata()
+        return respond(request, {"throttle_time": NO_THROTTLE, "entries": entries})
+
+
+def _from_replica(request: Request) -> bool:
+    """A follower's fetch: broker traffic, exempt from client quotas (Kafka exempts ClusterAction)."""
+    return request.api_key == ApiKey.FETCH and getattr(request.body, "replica_id", -1) >= 0
+
+
+def _throttle_time(throttle_s: float) -> datetime.timedelta:
+    """A throttle in whole milliseconds, as the protocol carries it (Kafka truncates too)."""
+    return datetime.timedelta(milliseconds=int(throttle_s * 1000)) if throttle_s > 0 else NO_THROTTLE
+
+
+def with_throttle(response: Any, throttle_s: float) -> Any:
+    """``response`` with its throttle time raised to ``throttle_s`` if that is longer (and it has one)."""
+    throttle = _throttle_time(throttle_s)
+    if response is None or throttle <= NO_THROTTLE or not hasattr(response, "throttle_time"):
+        return response
+    if response.throttle_time >= throttle:
+        return response
+    return dataclasses.replace(response, throttle_time=throttle)
+
+
+# KIP-599: from these versions on, CreateTopics and DeleteTopics refuse topics beyond the controller
+# mutation quota with THROTTLING_QUOTA_EXCEEDED; older clients are only throttled.
+_STRICT_MUTATION_QUOTA = {ApiKey.CREATE_TOPICS: 6, ApiKey.DELETE_TOPICS: 5}
+_THROTTLED = "The throttling quota has been exceeded."
 
 
 def _epoch_at(partition: Any, offset: int) -> int:

@@ -1,0 +1,137 @@
+"""QuotaManager: a broker's enforcement of client quotas, as Kafka's Client*QuotaManager classes do it.
+
+The broker holds the configured quotas (`ClientQuotas`, replaced whole when the stored quotas
+change) and, per quota key and client group (see `entities`), a measurement: a `SampledRate` for
+``producer_byte_rate`` (request bytes), ``consumer_byte_rate`` (fetched bytes) and
+``request_percentage`` (the share of one second the broker's event loop spent handling the group's
+requests, in percent: 100 is the whole loop), a `TokenBucket` for ``controller_mutation_rate``
+(partitions created and deleted). Every ``record_*`` call answers the throttle time in seconds, 0
+when the client is within its quota; the handlers put it in the response's ``throttle_time`` and the
+listener mutes the connection that long after sending it (KIP-219). A client no quota applies to
+costs one dictionary lookup per request: nothing is measured.
+
+Measurements idle for longer than the quota span are dropped (Kafka expires its quota sensors after
+an hour of inactivity; a span is enough, since an idle span leaves nothing to measure).
+
+Clock: the caller's monotonic seconds (``clock``). Not thread safe: used from the event loop only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .entities import (
+    CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    ClientIdentity,
+    ClientQuotas,
+)
+from .rates import SampledRate, TokenBucket, WindowConfig
+
+_SWEEP_INTERVAL_S = 60.0
+_KAFKA_WINDOWS = WindowConfig()
+
+
+class QuotaManager:
+    """A broker's quota measurements and the quotas they are held to (see the module doc)."""
+
+    def __init__(self, windows: WindowConfig = _KAFKA_WINDOWS, controller_windows: WindowConfig = _KAFKA_WINDOWS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.windows = windows
+        self.controller_windows = controller_windows
+        self.clock = clock
+        self.quotas = ClientQuotas()
+        self._keys: frozenset[str] = frozenset()
+        self._rates: dict[tuple[str, tuple[str, str]], SampledRate] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._next_sweep_s = clock() + _SWEEP_INTERVAL_S
+
+    def apply(self, quotas: ClientQuotas) -> None:
+        """Hold clients to ``quotas`` from now on; measurements so far are kept."""
+        self.quotas = quotas
+        self._keys = frozenset(key for values in quotas.by_entity.values() for key in values)
+
+    def enforces(self, key: str) -> bool:
+        """Whether any entity has a quota for ``key`` (if not, nothing is measured for it)."""
+        return key in self._keys
+
+    # byte rates and request time -------------------------------------------------------------
+
+    def record_produce(self, identity: ClientIdentity, nbytes: int) -> float:
+        return self._record(PRODUCER_BYTE_RATE, identity, nbytes, self.windows.span_s)
+
+    def record_fetch(self, identity: ClientIdentity, nbytes: int) -> float:
+        return self._record(CONSUMER_BYTE_RATE, identity, nbytes, self.windows.span_s)
+
+    def unrecord_fetch(self, identity: ClientIdentity, nbytes: int) -> None:
+        """Take back fetched bytes that were not sent (a throttled fetch is answered empty)."""
+        match = self.quotas.resolve(identity, CONSUMER_BYTE_RATE)
+        rate = self._rates.get((CONSUMER_BYTE_RATE, match.group)) if match is not None else None
+        if rate is not None:
+            rate.record(-nbytes, self.clock())
+
+    def fetch_limit(self, identity: ClientIdentity) -> int | None:
+        """The most bytes one fetch may return under the client's consumer quota (Kafka's
+        getMaxValueInQuotaWindow: the quota over samples-1 windows), None without a quota."""
+        match = self.quotas.resolve(identity, CONSUMER_BYTE_RATE) if CONSUMER_BYTE_RATE in self._keys else None
+        if match is None:
+            return None
+        return max(1, int(match.limit * (self.windows.samples - 1) * self.windows.window_s))
+
+    def record_request_time(self, identity: ClientIdentity, seconds: float) -> float:
+        """Record ``seconds`` of event-loop time spent on a request; Kafka bounds this throttle by one window."""
+        return self._record(REQUEST_PERCENTAGE, identity, seconds * 100.0, self.windows.window_s)
+
+    def _record(self, key: str, identity: ClientIdentity, value: float, max_throttle_s: float) -> float:
+        if key not in self._keys:
+            return 0.0
+        match = self.quotas.resolve(identity, key)
+        if match is None:
+            return 0.0
+        now = self.clock()
+        self._maybe_sweep(now)
+        rate = self._rates.get((key, match.group))
+        if rate is None:
+            rate = self._rates[(key, match.group)] = SampledRate(self.windows, now)
+        rate.record(value, now)
+        return rate.throttle_s(match.limit, now, max_throttle_s)
+
+    # controller mutations (KIP-599) ----------------------------------------------------------
+
+    def mutation_exceeded(self, identity: ClientIdentity) -> bool:
+        """Whether the client's controller mutation quota is used up (a strict request is then refused)."""
+        bucket, quota = self._bucket(identity)
+        return bucket is not None and bucket.exceeded(quota, self.clock())
+
+    def record_mutations(self, identity: ClientIdentity, partitions: int) -> None:
+        bucket, quota = self._bucket(identity)
+        if bucket is not None:
+            bucket.record(partitions, quota, self.clock())
+
+    def mutation_throttle(self, identity: ClientIdentity) -> float:
+        bucket, quota = self._bucket(identity)
+        return bucket.throttle_s(quota, self.clock()) if bucket is not None else 0.0
+
+    def _bucket(self, identity: ClientIdentity) -> tuple[TokenBucket | None, float]:
+        if CONTROLLER_MUTATION_RATE not in self._keys:
+            return None, 0.0
+        match = self.quotas.resolve(identity, CONTROLLER_MUTATION_RATE)
+        if match is None:
+            return None, 0.0
+        bucket = self._buckets.get(match.group)
+        if bucket is None:
+            now = self.clock()
+            self._maybe_sweep(now)
+            bucket = self._buckets[match.group] = TokenBucket(self.controller_windows, match.limit, now)
+        return bucket, match.limit
+
+    def _maybe_sweep(self, now: float) -> None:
+        if now < self._next_sweep_s:
+            return
+        self._next_sweep_s = now + _SWEEP_INTERVAL_S
+        idle_rate, idle_bucket = now - self.windows.span_s, now - self.controller_windows.span_s
+        self._rates = {k: r for k, r in self._rates.items() if r.last_record_s >= idle_rate}
+        self._buckets = {k: b for k, b in self._buckets.items() if b.last_record_s >= idle_bucket}

@@ -1,0 +1,106 @@
+"""Kafka's sampled rate, its throttle time, and KIP-599's token bucket, on a clock the test moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core.quotas.entities import DEFAULT as DEFAULT_ENTITY
+from broker_core.quotas.entities import PRODUCER_BYTE_RATE, ClientQuotas, QuotaEntity, client_identity
+from broker_core.quotas.manager import QuotaManager
+from broker_core.quotas.rates import SampledRate, TokenBucket, WindowConfig
+
+KAFKA = WindowConfig(samples=11, window_s=1.0)
+
+
+def test_a_first_burst_is_measured_over_at_least_samples_minus_one_windows() -> None:
+    rate = SampledRate(KAFKA, now_s=0.0)
+    rate.record(10_000, now_s=0.001)
+    assert rate.measure(0.001) == pytest.approx(10_000 / 10.001, rel=1e-6)
+
+
+def test_the_throttle_is_the_time_that_brings_the_rate_back_to_the_quota() -> None:
+    rate = SampledRate(KAFKA, now_s=0.0)
+    rate.record(20_000, now_s=0.0)
+    # 20 000 bytes over 10 s is 2000 B/s: twice a 1000 B/s quota; silent for 10 s more, the
+    # rate over the then 20 s is the quota.
+    assert rate.throttle_s(1000.0, 0.0, max_throttle_s=60.0) == pytest.approx(10.0)
+    assert rate.throttle_s(4000.0, 0.0, max_throttle_s=60.0) == 0.0
+
+
+def test_the_throttle_is_bounded() -> None:
+    rate = SampledRate(KAFKA, now_s=0.0)
+    rate.record(10**9, now_s=0.0)
+    assert rate.throttle_s(1000.0, 0.0, max_throttle_s=11.0) == 11.0
+
+
+def test_windows_older_than_the_span_are_forgotten() -> None:
+    rate = SampledRate(KAFKA, now_s=0.0)
+    rate.record(50_000, now_s=0.0)
+    for second in range(1, 12):
+        rate.record(0, now_s=float(second))
+    assert rate.measure(12.5) == 0.0
+
+
+def test_a_client_that_waits_its_throttles_out_runs_at_its_quota() -> None:
+    """A producer sending 64 KiB requests as fast as it may, waiting each throttle, for 60 s."""
+    now = [0.0]
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: now[0])
+    manager.apply(ClientQuotas({QuotaEntity(None, "p"): {PRODUCER_BYTE_RATE: 100_000.0}}))
+    identity = client_identity("p")
+    sent = 0
+    while now[0] < 60.0:
+        throttle = manager.record_produce(identity, 65536)
+        sent += 65536
+        now[0] += 0.001 + throttle
+    assert sent / now[0] == pytest.approx(100_000, rel=0.1)
+
+
+def test_a_client_without_a_quota_is_never_throttled() -> None:
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: 0.0)
+    manager.apply(ClientQuotas({QuotaEntity(None, "p"): {PRODUCER_BYTE_RATE: 1.0}}))
+    assert manager.record_produce(client_identity("q"), 10**9) == 0.0
+
+
+def test_clients_under_a_default_quota_each_have_their_own_budget() -> None:
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: 0.0)
+    manager.apply(ClientQuotas({QuotaEntity(None, DEFAULT_ENTITY): {PRODUCER_BYTE_RATE: 1000.0}}))
+    assert manager.record_produce(client_identity("a"), 20_000) > 0
+    assert manager.record_produce(client_identity("b"), 5_000) == 0.0
+
+
+def test_clients_of_one_user_share_the_users_quota() -> None:
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: 0.0)
+    manager.apply(ClientQuotas({QuotaEntity("alice", None): {PRODUCER_BYTE_RATE: 1000.0}}))
+    assert manager.record_produce(client_identity("a", user="alice"), 8_000) == 0.0
+    assert manager.record_produce(client_identity("b", user="alice"), 8_000) > 0
+
+
+def test_a_throttled_fetch_taken_back_does_not_count() -> None:
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: 0.0)
+    manager.apply(ClientQuotas({QuotaEntity(None, "c"): {"consumer_byte_rate": 1000.0}}))
+    identity = client_identity("c")
+    assert manager.fetch_limit(identity) == 10_000
+    assert manager.record_fetch(identity, 10_000) == 0.0
+    assert manager.record_fetch(identity, 5_000) > 0
+    manager.unrecord_fetch(identity, 5_000)
+    assert manager.record_fetch(identity, 0) == 0.0
+
+
+def test_request_time_throttle_is_bounded_by_one_window() -> None:
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: 0.0)
+    manager.apply(ClientQuotas({QuotaEntity(None, "c"): {"request_percentage": 1.0}}))
+    assert manager.record_request_time(client_identity("c"), 5.0) == 1.0
+
+
+def test_the_token_bucket_allows_a_burst_then_refills_at_the_quota() -> None:
+    bucket = TokenBucket(KAFKA, quota=2.0, now_s=0.0)
+    assert not bucket.exceeded(2.0, 0.0)
+    bucket.record(22, 2.0, 0.0)  # the whole burst: 2/s over 11 s
+    assert not bucket.exceeded(2.0, 0.0)
+    bucket.record(4, 2.0, 0.0)
+    assert bucket.exceeded(2.0, 0.0)
+    assert bucket.throttle_s(2.0, 0.0) == pytest.approx(2.0)
+    assert not bucket.exceeded(2.0, 2.0)
+
+
+
