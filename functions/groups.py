@@ -18,7 +18,6 @@ DynamoDB (a topic that does not exist counts zero partitions until it is created
 from __future__ import annotations
 
 import functools
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
@@ -28,6 +27,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
+from broker_core.clock import wall_clock_ms
 from broker_core.groups.errors import GroupStoreUnavailableError
 from broker_core.groups.store import HttpCommittedOffset, HttpGroupStore
 from broker_core.metadata.errors import MetadataUnavailableError, UnknownTopicError
@@ -67,10 +67,6 @@ _T = TypeVar("_T")
 @functools.cache
 def _store() -> HttpGroupStore:
     return HttpGroupStore(runtime.settings().aws)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _partition_counts(topics: Iterable[str]) -> dict[str, int]:
@@ -126,7 +122,7 @@ def join_group(group_id: GroupId, body: Annotated[JoinRequest, Body()]) -> Membe
 
     def change(group: Group) -> MemberAssignment:
         counts = _partition_counts(group.subscribed_topics | set(body.topics))
-        member = group_state.join(group, member_id, body.topics, body.session_timeout_ms, _now_ms(), counts)
+        member = group_state.join(group, member_id, body.topics, body.session_timeout_ms, wall_clock_ms(), counts)
         return _assignment(group, member)
 
     return _update(group_id, change)
@@ -145,7 +141,7 @@ def heartbeat(group_id: GroupId, member_id: MemberId, body: Annotated[HeartbeatR
 
     def change(group: Group) -> MemberAssignment:
         counts = _partition_counts(group.subscribed_topics | set(body.topics or ()))
-        member = group_state.heartbeat(group, member_id, body.member_epoch, owned, body.topics, _now_ms(), counts)
+        member = group_state.heartbeat(group, member_id, body.member_epoch, owned, body.topics, wall_clock_ms(), counts)
         return _assignment(group, member)
 
     return _update(group_id, change, create=False)
@@ -158,7 +154,7 @@ def heartbeat(group_id: GroupId, member_id: MemberId, body: Annotated[HeartbeatR
     responses=responses(None, 404, 422, 503, status=HTTPStatus.NO_CONTENT),
 )
 def leave_group(group_id: GroupId, member_id: MemberId) -> Response[None]:
-    _update(group_id, lambda group: group_state.leave(group, member_id, _now_ms()), create=False)
+    _update(group_id, lambda group: group_state.leave(group, member_id, wall_clock_ms()), create=False)
     return Response(status_code=HTTPStatus.NO_CONTENT)
 
 
@@ -175,7 +171,7 @@ def describe_group(group_id: GroupId) -> GroupDescription:
         raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
     if group is None:
         raise ApiError(HTTPStatus.NOT_FOUND, f"group {group_id!r} does not exist")
-    group_state.expire(group, _now_ms())
+    group_state.expire(group, wall_clock_ms())
     return GroupDescription(
         group_id=group_id, group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
         members=[
@@ -196,10 +192,10 @@ def commit_offsets(group_id: GroupId, body: Annotated[CommitRequest, Body()]) ->
     store = _store()
     try:
         group = group_store.load(store, group_id) or Group(group_id)
-        group_state.expire(group, _now_ms())
+        group_state.expire(group, wall_clock_ms())
         group_state.check_commit(group, body.member_id, body.member_epoch)
         offsets = [HttpCommittedOffset(o.topic, o.partition_id, o.offset, o.metadata) for o in body.offsets]
-        group_store.commit(store, group_id, body.member_id, body.member_epoch, offsets, _now_ms())
+        group_store.commit(store, group_id, body.member_id, body.member_epoch, offsets, wall_clock_ms())
     except UnknownMemberError as error:
         raise ApiError(HTTPStatus.NOT_FOUND, str(error)) from error
     except GroupStateError as error:  # a stale epoch, members present, or fenced while writing

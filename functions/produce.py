@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
-import time
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Annotated, Any
@@ -40,6 +39,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 
 from broker_core.client import FloeClient, KafkaError
+from broker_core.clock import wall_clock_ms
 from broker_core.partitioner import partition_for_key
 from broker_core.records import SimpleRecord, build_batch
 from broker_core.settings import TOPIC_SETTINGS
@@ -214,7 +214,7 @@ def produce_records(
 ) -> ProduceResponse:
     container = runtime.current()
     records = body.records if isinstance(body, ProduceRecords) else [body]
-    prepared = prepare(container, topic, records, time.time_ns() // 1_000_000)
+    prepared = prepare(container, topic, records, wall_clock_ms())
     if idempotency_key is None:
         answer = append(container, prepared)
     else:

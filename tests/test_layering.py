@@ -16,7 +16,7 @@ PACKAGES = ("broker_core", "tiered_storage", "functions", "emr_jobs")
 # Lowest first. A module may import modules of its own layer or of lower ones. The most specific
 # prefix names a module's layer, so the broker's entry points sit above the services they wire.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("formats and the settings registry", ("broker_core.records", "broker_core.partitioner", "broker_core.settings")),
+    ("formats and the settings registry", ("broker_core.records", "broker_core.partitioner", "broker_core.settings", "broker_core.clock")),
     ("wire protocol and local log", ("broker_core.protocol", "broker_core.log")),
     ("AWS access", ("broker_core.aws", "broker_core.dynamodb_tables", "broker_core.retry")),
     ("cluster metadata and client quotas", ("broker_core.metadata", "broker_core.quotas")),

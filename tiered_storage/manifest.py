@@ -47,7 +47,6 @@ conflicts and throttling are retried with jittered backoff.
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -67,6 +66,7 @@ from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
+from broker_core.clock import wall_clock_ms
 from broker_core.dynamodb_tables import (
     CONDITION_FAILED,
     bind_model,
@@ -226,10 +226,6 @@ def segment_range_key(base_offset: int, segment_id: str) -> str:
     return f"{SEGMENT_RANGE_KEY_PREFIX}{base_offset:020d}#{segment_id}"
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 _errors_as_unavailable = failures_as(ManifestUnavailableError, ManifestError)
 
 
@@ -325,7 +321,7 @@ class ManifestStore:
             if entry[0] <= previous[0] or entry[1] <= previous[1]:
                 raise InvalidSegmentError(f"leader-epoch entries {entries} are not increasing")
         keys = segment_object_keys(topic, topic_id, partition, base_offset, segment_id)
-        now = _now_ms()
+        now = wall_clock_ms()
         segment = RemoteSegment(
             topic=topic,
             topic_id=topic_id,
@@ -379,7 +375,7 @@ class ManifestStore:
         has committed; in both cases nothing was written.
         """
         models = self.models
-        now = _now_ms()
+        now = wall_clock_ms()
         key = partition_key(segment.topic_id, segment.partition)
         head = models.head(key, HEAD_RANGE_KEY)
 
@@ -444,7 +440,7 @@ class ManifestStore:
         self, segment: RemoteSegment, source: SegmentState, target: SegmentState
     ) -> RemoteSegment:
         model = self.models.segment
-        now = _now_ms()
+        now = wall_clock_ms()
         item = model(
             partition_key(segment.topic_id, segment.partition),
             segment_range_key(segment.base_offset, segment.segment_id),

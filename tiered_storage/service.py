@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING
 
+from broker_core.clock import wall_clock_ms
 from broker_core.metadata.errors import MetadataError
 from broker_core.server.remote_reads import RemoteStorageError
 from tiered_storage.manifest import ManifestError, ManifestStore
@@ -50,10 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _FAILURES = (ObjectStoreError, ManifestError, RemoteStorageError, MetadataError, OSError)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class TieringService:
@@ -163,7 +159,7 @@ class TieringService:
                 remote_end = uploader.remote_end_offset
             if self.context.replicas.partitions.get(key) is not partition:
                 return  # the replica was closed (reassigned or deleted) while we were away
-            new_start = apply_local_retention(partition.log, remote_end, limits, _now_ms())
+            new_start = apply_local_retention(partition.log, remote_end, limits, wall_clock_ms())
             log.debug(
                 "%s-%d local log starts at %d, remote end %d",
                 partition.topic,
@@ -197,6 +193,6 @@ class TieringService:
         partition = uploader.partition
         remote = await self.reader.remote_segments(partition, refresh=True)
         local_only = local_bytes_above(partition.log, uploader.remote_end_offset)
-        condemned = remote_segments_to_delete(remote, local_only, limits, _now_ms())
+        condemned = remote_segments_to_delete(remote, local_only, limits, wall_clock_ms())
         if condemned:
             await uploader.expire(condemned)

@@ -24,7 +24,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .store import CommittedOffset, GroupRecord, StoredMember, wall_clock_ms
+from broker_core.clock import wall_clock_ms
+
+from .store import CommittedOffset, GroupRecord, StoredMember
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker_core.clock import wall_clock_ms
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, respond
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import ConsumerGroup, GroupState, Member, join_error, sync_error
 from .ownership import GroupOwnership
-from .store import wall_clock_ms
 
 if TYPE_CHECKING:
     from broker_core.server.config import BrokerConfig

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker_core.clock import wall_clock_ms
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, respond
 
@@ -23,7 +24,7 @@ from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import ConsumerGroup, GroupState, offset_expired
 from .membership import millis, validate_member
 from .ownership import GroupOwnership
-from .store import CommittedOffset, wall_clock_ms
+from .store import CommittedOffset
 
 if TYPE_CHECKING:
     from broker_core.server.context import BrokerContext

@@ -25,7 +25,6 @@ front ends call HttpGroupStore from the invocation's thread.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from pynamodb.exceptions import PutError, PynamoDBException, TransactWriteError
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
+from broker_core.clock import wall_clock_ms
 from broker_core.dynamodb_tables import (
     CONDITION_FAILED,
     condition_failed,
@@ -59,10 +59,6 @@ from .models import (
 NO_HOLDER = -1
 _TRANSACTION_ITEMS = 99  # one transaction item is the condition check on the group
 _unavailable_on_error = failures_as(GroupStoreUnavailableError, GroupError)
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)

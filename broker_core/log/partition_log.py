@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from broker_core.clock import wall_clock_ms
 from broker_core.records.batch import decode_batch
 from broker_core.records.header import TimestampType
 
@@ -48,10 +49,6 @@ from .retired_segments import RetiredSegments
 from .segment import FileSlice, Segment
 
 __all__ = ["AppendInfo", "PartitionLog"]
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class PartitionLog:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pynamodb.exceptions import PynamoDBException
 from pynamodb.transactions import TransactWrite
 
+from broker_core.clock import wall_clock_ms
 from broker_core.dynamodb_tables import CONDITION_FAILED, condition_failed
 from broker_core.metadata.errors import (
     BrokerFencedError,
@@ -23,7 +24,7 @@ from broker_core.metadata.errors import (
 )
 from broker_core.metadata.models import BROKER_EPOCH_ITEM, BrokerItem
 from broker_core.metadata.state import BrokerRegistration, BrokerState
-from broker_core.metadata.tables import MetadataTables, metadata_failures, now_ms
+from broker_core.metadata.tables import MetadataTables, metadata_failures
 
 
 def _broker_from_item(item: BrokerItem) -> BrokerRegistration:
@@ -71,7 +72,7 @@ class BrokerRegistry(MetadataTables):
             rack=rack,
             state=BrokerState.RUNNING.value,
             heartbeat=0,
-            registered_at_ms=now_ms(),
+            registered_at_ms=wall_clock_ms(),
         )
         condition = broker.broker_id.does_not_exist() | (broker.broker_epoch < broker_epoch)
 

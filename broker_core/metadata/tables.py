@@ -16,7 +16,6 @@ synchronous, so brokers call it from worker threads, never from the event loop.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from pynamodb.transactions import TransactWrite
@@ -28,10 +27,6 @@ from broker_core.metadata.models import CONTROLLER_ITEM, METADATA_VERSION_ITEM, 
 
 metadata_failures = failures_as(MetadataUnavailableError, MetadataError)
 """Decorator of store methods: pynamodb/botocore failures become MetadataUnavailableError."""
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class MetadataTables:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from pynamodb.transactions import TransactWrite
 
+from broker_core.clock import wall_clock_ms
 from broker_core.dynamodb_tables import CONDITION_FAILED
 from broker_core.metadata.assignment import assign_replicas_rack_unaware
 from broker_core.metadata.brokers import BrokerRegistry
@@ -42,7 +43,7 @@ from broker_core.metadata.errors import (
 )
 from broker_core.metadata.models import PartitionItem, TopicItem
 from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState, TopicDescription
-from broker_core.metadata.tables import metadata_failures, now_ms
+from broker_core.metadata.tables import metadata_failures
 from broker_core.retry import LostRace, retry_lost_races
 
 MAX_TOPIC_NAME_LENGTH = 249
@@ -214,7 +215,7 @@ class TopicCatalog(BrokerRegistry):
             replication_factor=replication_factor,
             configs=topic_configs,
             config_version=0,
-            created_at_ms=now_ms(),
+            created_at_ms=wall_clock_ms(),
         )
 
         def build(transaction: TransactWrite) -> None:

@@ -28,11 +28,12 @@ buffer, and record errors also the index of the record within its batch.
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import crc32c
+
+from broker_core.clock import wall_clock_ms
 
 from .compression import DEFAULT_MAX_DECOMPRESSED_BYTES, as_codec, compress, decompress
 from .errors import (
@@ -151,7 +152,7 @@ def build_batch(
     """
     codec = as_codec(compression)
     timestamp_type = TimestampType(timestamp_type)
-    now_ms = time.time_ns() // 1_000_000
+    now_ms = wall_clock_ms()
     resolved = _resolve_records(records, base_offset, now_ms)
     if not resolved:
         raise ValueError("a batch needs at least one record")
