@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("formats and the settings registry", ("broker_core.records", "broker_core.partitioner", "broker_core.settings", "broker_core.clock")),
     ("wire protocol and local log", ("broker_core.protocol", "broker_core.log")),
     ("AWS access", ("broker_core.aws", "broker_core.dynamodb_tables", "broker_core.retry")),
-    ("cluster metadata and client quotas", ("broker_core.metadata", "broker_core.quotas")),
+    ("cluster metadata, client quotas and security", ("broker_core.metadata", "broker_core.quotas", "broker_core.security")),
     ("Kafka client", ("broker_core.client",)),
     ("request path", ("broker_core.server",)),
     ("broker services", ("broker_core.replication", "broker_core.groups")),

@@ -355,10 +355,15 @@ class Request:
     client_id: str | None
     body: Any
     size: int
+    # Who sent it, as the listener knows them: the authenticated principal ("User:alice",
+    # "User:ANONYMOUS" before or without authentication) and the client's address.
+    principal: str = "User:ANONYMOUS"
+    client_host: str = ""
 
     def without_body(self) -> Request:
         """This request's header (what a response is encoded from) without the decoded body."""
-        return Request(self.api_key, self.api_version, self.correlation_id, self.client_id, None, self.size)
+        return Request(self.api_key, self.api_version, self.correlation_id, self.client_id, None, self.size,
+                       self.principal, self.client_host)
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -366,7 +371,8 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     return _API_KEY_VERSION_CORRELATION.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes | memoryview) -> Request:
+def decode_request(frame: bytes | memoryview, principal: str = "User:ANONYMOUS", client_host: str = "") -> Request:
+    """The request in ``frame``, stamped with who sent it (see `Request`)."""
     api_key, api_version, correlation_id = peek_header(frame)
     versions = SUPPORTED_VERSIONS.get(api_key)
     if versions is None or not versions[0] <= api_version <= versions[1]:
@@ -394,7 +400,7 @@ def decode_request(frame: bytes | memoryview) -> Request:
         ) from exc
     # Bytes after the body are ignored, as Kafka's own request parser does: librdkafka 2.x sends a few
     # extra bytes after some flexible-version bodies (Metadata v12) and Kafka brokers accept them.
-    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame), principal, client_host)
 
 
 class SendableSlice(Protocol):

@@ -55,6 +55,7 @@ from broker_core.protocol.framing import (
     encode_response,
 )
 from broker_core.protocol.messages import api_name
+from broker_core.security.principal import ANONYMOUS
 from broker_core.settings import ConfigError
 
 if TYPE_CHECKING:
@@ -151,6 +152,9 @@ class Connection:
         self.decoder = FrameDecoder(max_frame_bytes, staging_bytes=RECV_BYTES, pool=pool)
         self.loop = asyncio.get_running_loop()
         self.peer = sock.getpeername()
+        self.client_host = self.peer[0] if isinstance(self.peer, tuple) else ""
+        # The authenticated principal; requests are stamped with it (Request.principal).
+        self.principal = ANONYMOUS
         self._memory_released = memory_released
         # Produce responses still to be written, in request order; each yields encoded parts or None.
         self._responses: asyncio.Queue[asyncio.Future] = asyncio.Queue(MAX_PIPELINED_PRODUCES)
@@ -224,11 +228,12 @@ class Connection:
     async def _process(self, frame: bytes | memoryview) -> bool:
         """Handle one request; False when the connection must be closed."""
         try:
-            request = decode_request(frame)
+            request = decode_request(frame, self.principal, self.client_host)
         except UnsupportedVersionError as exc:
             if exc.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer with v0 and our ranges so the client can pick a version.
-                stub = Request(ApiKey.API_VERSIONS, 0, exc.correlation_id, None, None, len(frame))
+                stub = Request(ApiKey.API_VERSIONS, 0, exc.correlation_id, None, None, len(frame),
+                               self.principal, self.client_host)
                 response = self.handlers.api_versions_response(stub, ErrorCode.unsupported_version)
                 await self._responses.join()
                 await self._send((encode_response(ApiKey.API_VERSIONS, 0, exc.correlation_id, response), 0.0))
