@@ -25,6 +25,7 @@ from .append import (
     AppendInfo,
     ValidatedBatches,
     check_follower_append,
+    check_keys,
     empty_append,
     prepare_leader_append,
     validate_batches,
@@ -47,6 +48,7 @@ from .recovery import recover_segments, remove_leftovers
 from .retention import retention_rule
 from .retired_segments import RetiredSegments
 from .segment import FileSlice, Segment
+from .swap import SWAP_SUFFIX, finish_swaps
 
 __all__ = ["AppendInfo", "PartitionLog"]
 
@@ -134,6 +136,7 @@ class PartitionLog:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        swap_finished = finish_swaps(directory)
         remove_leftovers(directory)
         leader_epochs = LeaderEpochCheckpoint(directory / LEADER_EPOCH_CHECKPOINT_FILE)
         try:
@@ -167,7 +170,7 @@ class PartitionLog:
             recovery_point=min(recovery_point, log_end_offset),
             monotonic_clock=monotonic_clock,
         )
-        if recovered_any:
+        if recovered_any or swap_finished:
             log._directory_dirty = True
             log._write_log_start_offset()
             log.flush()
@@ -202,13 +205,15 @@ class PartitionLog:
         return sum(segment.size for segment in self._segments)
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
-        return Segment.create(
+        segment = Segment.create(
             self.directory,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             segment_index_bytes=self.config.segment_index_bytes,
             now_ms=now_ms,
         )
+        segment.offsets_may_skip = self.config.compact
+        return segment
 
     # ---------------------------------------------------------------- appending
 
@@ -235,6 +240,8 @@ class PartitionLog:
         ``records`` may be the result of `validate`, which is then not repeated.
         """
         view, batches = records if isinstance(records, ValidatedBatches) else self.validate(records)
+        if self.config.compact:
+            check_keys(view, batches, self._max_decompressed_bytes)
         now = wall_clock_ms() if now_ms is None else now_ms
         latest_epoch = self.leader_epochs.latest_epoch
         if latest_epoch is not None and leader_epoch < latest_epoch:
@@ -265,7 +272,9 @@ class PartitionLog:
         """Append replicated batches as they are: offsets and leader epochs come from the leader.
 
         The first batch must start at or above the log end (above it, a new segment starts there) and
-        each next batch where the previous one ended, else OffsetsOutOfOrderError; leader epochs must
+        each next batch where the previous one ended, else OffsetsOutOfOrderError; a compacted log
+        takes gaps the leader's cleaner left (each batch only has to start above the previous one)
+        without rolling; leader epochs must
         not go back, else LeaderEpochOutOfOrderError. Each new epoch is added to the leader-epoch
         cache at its first batch. Nothing is written if any check fails. ``records`` may be the
         result of `validate`, which is then not repeated.
@@ -284,9 +293,10 @@ class PartitionLog:
             latest_epoch=self.leader_epochs.latest_epoch,
             topic=self.topic,
             partition=self.partition,
+            allow_gaps=self.config.compact,
         )
         first_offset = info.base_offset
-        if first_offset > log_end_offset:
+        if first_offset > log_end_offset and not self.config.compact:
             segment = self._roll_to(first_offset, now)
         else:
             segment = self._segment_for_append(len(view), first_offset, info.last_offset, now)
@@ -575,6 +585,37 @@ class PartitionLog:
             self._write_log_start_offset()
             self.leader_epochs.truncate_from_start(new_start)
         return count
+
+    def replace_segments(self, old: list[Segment], old_sizes: list[int], cleaned: Segment) -> bool:
+        """The cleaner's swap: put ``cleaned`` (files named ``*.swap``) in place of the consecutive ``old``.
+
+        Refused (False, nothing changed) when the log no longer holds exactly ``old`` at those sizes
+        (retention, truncation or a close came first), or when ``old`` would include the active
+        segment. Otherwise the old segments are retired (renamed ``*.deleted``, their descriptors kept
+        for file.delete.delay.ms as for retention), the new one takes their place in one replacement
+        of the segment list, and its files are renamed from ``.swap`` to their plain names; see
+        `broker_core.log.swap` for why a kill at any point of this leaves a log that opens whole.
+        """
+        segments = self._segments
+        if self._closed or not old:
+            return False
+        try:
+            first = next(i for i, segment in enumerate(segments) if segment is old[0])
+        except StopIteration:
+            return False
+        stop = first + len(old)
+        if (
+            stop >= len(segments)
+            or any(a is not b for a, b in zip(segments[first:stop], old, strict=True))
+            or [segment.size for segment in old] != old_sizes
+        ):
+            return False
+        self._retire(list(old))
+        cleaned.offsets_may_skip = self.config.compact
+        self._segments = [*segments[:first], cleaned, *segments[stop:]]
+        cleaned.rename_suffix(SWAP_SUFFIX, "")
+        self._directory_dirty = True
+        return True
 
     def _retire(self, segments: list[Segment]) -> None:
         """Take segments out of service: rename to *.deleted now, close and unlink after file.delete.delay.ms."""

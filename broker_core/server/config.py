@@ -17,6 +17,7 @@ from broker_core.aws import AwsSettings
 from broker_core.log.config import LogConfig
 from broker_core.settings import (
     TOPIC_SETTINGS,
+    Kind,
     bool_setting,
     broker_setting,
     check_broker_overrides,
@@ -73,6 +74,11 @@ def validate_topic_configs(configs: Mapping[str, str]) -> None:
         if setting.allowed:
             if value not in setting.allowed:
                 raise TopicConfigError(f"{name} must be one of {sorted(setting.allowed)}, got {value!r}")
+        elif setting.kind is Kind.DOUBLE:
+            try:
+                float(value)
+            except ValueError:
+                raise TopicConfigError(f"{name} must be a number, got {value!r}") from None
         else:
             try:
                 int(value)
@@ -83,6 +89,12 @@ def validate_topic_configs(configs: Mapping[str, str]) -> None:
         if minimum is not None and int(value) < minimum:
             raise TopicConfigError(f"{name} must be at least {minimum}")
     try:
-        LogConfig.from_kafka(configs)
+        log_config = LogConfig.from_kafka(configs)
     except ValueError as exc:
         raise TopicConfigError(str(exc)) from None
+    if log_config.compact and configs.get("remote.storage.enable") == "true":
+        # Kafka's choice (KIP-405): tiered segments are never rewritten, so a compacted topic stays local.
+        raise TopicConfigError(
+            f"remote.storage.enable=true is not supported with cleanup.policy={log_config.cleanup_policy}: "
+            "tiered storage keeps only topics with cleanup.policy=delete"
+        )

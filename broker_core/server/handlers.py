@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError
+from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError, RecordWithoutKeyError
 from broker_core.log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
@@ -747,6 +747,7 @@ _APPEND_ERROR_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
     (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (RecordTooLargeError, ErrorCode.message_too_large),
+    (RecordWithoutKeyError, ErrorCode.invalid_record),
     (UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
     (RecordsError, ErrorCode.corrupt_message),
 )

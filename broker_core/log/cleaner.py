@@ -1,0 +1,508 @@
+"""Kafka's log cleaner for one partition log: keep the latest record of every key, never renumbering offsets.
+
+A compacted log (cleanup.policy names compact) has a clean head, already cleaned, and a dirty tail
+written since; the offset `cleaner-offset-checkpoint` (in the partition directory) separates them.
+Cleaning is three steps, split by thread:
+
+- `plan_cleaning` (on the log's writer, the broker's event loop) picks the cleanable section: sealed
+  segments from the log start up to the first uncleanable offset, which is the base offset of the
+  first segment that is the active one, reaches the high watermark, or holds a record younger than
+  min.compaction.lag.ms. It is due when the dirty bytes are at least min.cleanable.dirty.ratio of the
+  section, or when its oldest dirty record is older than max.compaction.lag.ms. The plan holds its own
+  duplicates of the segments' descriptors, so retention may retire them meanwhile.
+- `clean` (on a cleaner thread) builds an `OffsetMap` of key -> latest offset over whole dirty
+  segments (as many as the map holds), then rewrites the section up to the end of the mapped segments
+  in groups of consecutive segments whose sizes add up to at most segment.bytes, into `.cleaned`
+  files, renamed to `.swap` once fsynced (see `broker_core.log.swap`).
+- `apply_cleaning` (on the writer again) swaps each group's segment in with
+  `PartitionLog.replace_segments`, which refuses a group whose segments changed meanwhile, and moves
+  the checkpoint to the end of the mapped section.
+
+Record rules, as Kafka's Cleaner: a record stays when no later record of its key is in the map and it
+has a key; a tombstone (null value) stays until delete.retention.ms after the pass that first saw it,
+which stamps that deadline into its batch (KIP-534: the delete-horizon attribute, with the batch's
+baseTimestamp holding the deadline, record timestamps unchanged). Batches keep their base offset,
+lastOffsetDelta, partition leader epoch, producer id, epoch and base sequence, and codec; a batch left
+with no record is dropped, except the last batch of a producer (kept as an empty batch so producer
+state survives a restart) and the last batch of a group (so the cleaned segment ends where its group
+ended). Transactional batches and control batches (markers) are kept whole and their keys are not
+mapped: Floe keeps them rather than decide which aborted or finished transactions Kafka could drop.
+Reading and writing go through an `IoThrottle` shared by every cleaner thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from broker_core.records.batch import build_batch, decode_batch
+from broker_core.records.header import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER,
+    CRC_OFFSET,
+    CURRENT_MAGIC,
+    DELETE_HORIZON_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    TimestampType,
+    compute_crc,
+)
+
+from .checkpoint import fsync_directory, read_offset_checkpoint, write_offset_checkpoint
+from .errors import CorruptCheckpointError, LogError
+from .offset_map import OffsetMap, key_digest
+from .partition_log import PartitionLog
+from .segment import INT32_MAX, AppendedBatch, Segment
+from .swap import CLEANED_SUFFIX, SWAP_SUFFIX
+
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+READ_CHUNK_BYTES = 1 << 20
+WRITE_CHUNK_BYTES = 1 << 20
+_LAST_OFFSET_DELTA = 23  # byte position of lastOffsetDelta in a batch (under the CRC)
+_UNLIMITED_RATE = 1e300
+
+
+class CleaningAbortedError(LogError):
+    """The pass was asked to stop (the broker is stopping); its `.cleaned` files were removed."""
+
+
+class OffsetMapTooSmallError(LogError):
+    """Not even one dirty segment's keys fit the offset map: log.cleaner.dedupe.buffer.size is too small."""
+
+    def __init__(self, *, segment: Segment, keys: int, capacity: int) -> None:
+        super().__init__(
+            f"segment {segment.log_path} holds {keys} keys but the cleaner's offset map holds {capacity}: "
+            "raise log.cleaner.dedupe.buffer.size or lower segment.bytes"
+        )
+        self.keys = keys
+        self.capacity = capacity
+
+
+class IoThrottle:
+    """log.cleaner.io.max.bytes.per.second over every cleaner thread: callers sleep to stay under it."""
+
+    def __init__(self, bytes_per_second: float, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if bytes_per_second <= 0:
+            raise ValueError(f"an I/O rate must be positive, got {bytes_per_second}")
+        self._rate = bytes_per_second
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._start = clock()
+        self._bytes = 0
+
+    def acquire(self, nbytes: int) -> None:
+        if self._rate >= _UNLIMITED_RATE:
+            return
+        with self._lock:
+            now = self._clock()
+            self._bytes += nbytes
+            wait = self._start + self._bytes / self._rate - now
+            if wait <= 0 and now - self._start > 1.0:
+                self._start, self._bytes = now, 0
+        if wait > 0:
+            self._sleep(wait)
+
+
+# ---------------------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class CleaningPlan:
+    """What one pass may clean: ``segments`` from the log start, each with its size, a descriptor of
+    its own and the offset where the next segment began when the plan was made."""
+
+    log: PartitionLog
+    segments: tuple[Segment, ...]
+    sizes: tuple[int, ...]
+    fds: tuple[int, ...]
+    ends: tuple[int, ...]
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    dirty_ratio: float
+    producer_last_offsets: frozenset[tuple[int, int]]
+    now_ms: int
+
+    def release(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def read_cleaner_checkpoint(log: PartitionLog) -> int:
+    """The first dirty offset: the checkpoint, if it lies within the log, else the log start."""
+    try:
+        offset = read_offset_checkpoint(log.directory / CLEANER_CHECKPOINT_FILE)
+    except CorruptCheckpointError:
+        offset = None
+    if offset is None or not log.log_start_offset <= offset <= log.log_end_offset:
+        return log.log_start_offset
+    return offset
+
+
+def plan_cleaning(
+    log: PartitionLog,
+    *,
+    high_watermark: int,
+    producer_last_offsets: frozenset[tuple[int, int]] = frozenset(),
+    now_ms: int,
+    force: bool = False,
+) -> CleaningPlan | None:
+    """The next pass over ``log``, or None when it is not compacted or not due (``force``: due if anything is dirty).
+
+    Called on the log's writer. ``producer_last_offsets`` are (producer id, last offset) of each
+    producer's last batch, which the pass keeps.
+    """
+    config = log.config
+    if not config.compact:
+        return None
+    segments = log.segments
+    first_dirty = read_cleaner_checkpoint(log)
+    cleanable: list[Segment] = []
+    for number, segment in enumerate(segments[:-1]):
+        next_base = segments[number + 1].base_offset
+        if next_base > high_watermark:
+            break
+        if config.min_compaction_lag_ms > 0 and segment.largest_timestamp > now_ms - config.min_compaction_lag_ms:
+            break
+        cleanable.append(segment)
+    if not cleanable:
+        return None
+    ends = tuple(segments[number + 1].base_offset for number in range(len(cleanable)))
+    sizes = tuple(segment.size for segment in cleanable)
+    dirty_bytes = sum(size for segment, size in zip(cleanable, sizes, strict=True) if segment.base_offset >= first_dirty)
+    total_bytes = sum(sizes)
+    if dirty_bytes == 0:
+        return None
+    ratio = dirty_bytes / total_bytes if total_bytes else 0.0
+    oldest_dirty = min(
+        (segment.first_batch_timestamp for segment in cleanable if segment.base_offset >= first_dirty), default=now_ms
+    )
+    overdue = now_ms - oldest_dirty > config.max_compaction_lag_ms
+    if not (force or overdue or ratio >= config.min_cleanable_dirty_ratio):
+        return None
+    fds = tuple(os.dup(segment.fd) for segment in cleanable)
+    return CleaningPlan(
+        log=log,
+        segments=tuple(cleanable),
+        sizes=sizes,
+        fds=fds,
+        ends=ends,
+        first_dirty_offset=first_dirty,
+        first_uncleanable_offset=ends[-1],
+        dirty_ratio=1.0 if overdue else ratio,
+        producer_last_offsets=producer_last_offsets,
+        now_ms=now_ms,
+    )
+
+
+# ---------------------------------------------------------------------------------------- cleaning
+
+
+@dataclass
+class CleanedGroup:
+    """Consecutive old segments and the cleaned segment (files named `.swap`) that replaces them."""
+
+    old: list[Segment]
+    old_sizes: list[int]
+    segment: Segment
+
+
+@dataclass
+class CleaningResult:
+    groups: list[CleanedGroup]
+    first_dirty_after: int
+    bytes_read: int
+    bytes_written: int
+    records_read: int
+    records_kept: int
+
+
+class _Pass:
+    """One cleaning pass's reading, throttling and abort checks (on one cleaner thread)."""
+
+    def __init__(self, plan: CleaningPlan, throttle: IoThrottle | None, abort: threading.Event | None) -> None:
+        self.plan = plan
+        self.throttle = throttle
+        self.abort = abort
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.records_read = 0
+        self.records_kept = 0
+        self.max_decompressed = plan.log.config.max_decompressed_bytes
+
+    def check_abort(self) -> None:
+        if self.abort is not None and self.abort.is_set():
+            raise CleaningAbortedError("the cleaner is stopping")
+
+    def io(self, nbytes: int) -> None:
+        if self.throttle is not None:
+            self.throttle.acquire(nbytes)
+
+    def batches(self, number: int) -> Iterator[tuple[memoryview, BatchHeader]]:
+        """(bytes, header) of every batch of plan segment ``number``, read in large chunks."""
+        fd, size = self.plan.fds[number], self.plan.sizes[number]
+        position = 0
+        while position < size:
+            self.check_abort()
+            chunk = os.pread(fd, min(READ_CHUNK_BYTES, size - position), position)
+            self.io(len(chunk))
+            self.bytes_read += len(chunk)
+            view = memoryview(chunk)
+            cursor = 0
+            while cursor + HEADER_SIZE <= len(view):
+                header = BatchHeader(*BATCH_HEADER.unpack_from(view, cursor))
+                if cursor + header.size > len(view):
+                    break
+                yield view[cursor:cursor + header.size], header
+                cursor += header.size
+            if cursor == 0:  # one batch larger than a chunk
+                header = BatchHeader(*BATCH_HEADER.unpack_from(view, 0))
+                whole = os.pread(fd, header.size, position)
+                self.io(len(whole) - len(chunk))
+                yield memoryview(whole), header
+                cursor = header.size
+            position += cursor
+
+    def records(self, data: memoryview, header: BatchHeader) -> list:
+        return decode_batch(data, 0, verify_crc=False, max_decompressed_bytes=self.max_decompressed).records
+
+
+def _mapped(header: BatchHeader) -> bool:
+    """Whether a batch's records take part in compaction (transactional and control batches are kept whole)."""
+    return not header.is_control and not header.is_transactional
+
+
+def build_offset_map(run: _Pass, offset_map: OffsetMap) -> int:
+    """Map whole dirty segments while they fit; return how many plan segments the cleaned section spans."""
+    plan = run.plan
+    spanned = 0
+    mapped_any = False
+    for number, segment in enumerate(plan.segments):
+        if segment.base_offset < plan.first_dirty_offset:
+            spanned = number + 1
+            continue
+        offsets: dict[bytes, int] = {}
+        last_offset = -1
+        for data, header in run.batches(number):
+            last_offset = header.last_offset
+            if not _mapped(header):
+                continue
+            for record in run.records(data, header):
+                if record.key is not None:
+                    offsets[key_digest(record.key)] = record.offset
+        if not offset_map.try_merge(offsets, last_offset):
+            if not mapped_any:
+                raise OffsetMapTooSmallError(segment=segment, keys=len(offsets), capacity=offset_map.capacity)
+            break
+        mapped_any = True
+        spanned = number + 1
+    return spanned
+
+
+def _groups(plan: CleaningPlan, spanned: int) -> list[list[int]]:
+    """Plan segment numbers in groups whose sizes, index entries and offset range fit one segment."""
+    config = plan.log.config
+    max_entries = config.segment_index_bytes // 12
+    groups: list[list[int]] = []
+    for number in range(spanned):
+        segment = plan.segments[number]
+        if groups:
+            group = groups[-1]
+            first = plan.segments[group[0]]
+            if (
+                sum(plan.sizes[n] for n in group) + plan.sizes[number] <= config.segment_bytes
+                and sum(len(plan.segments[n].offset_index) for n in group) + len(segment.offset_index) < max_entries
+                and plan.ends[number] - 1 - first.base_offset <= INT32_MAX
+            ):
+                group.append(number)
+                continue
+        groups.append([number])
+    return groups
+
+
+def _rebuilt(header: BatchHeader, kept: list, base_timestamp: int, horizon: bool) -> bytes:
+    """A batch of ``kept`` records with ``header``'s identity: base offset, lastOffsetDelta, producer fields, codec."""
+    log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
+    data = bytearray(build_batch(
+        kept,
+        compression=header.compression,
+        base_offset=header.base_offset,
+        base_timestamp=base_timestamp,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        timestamp_type=header.timestamp_type,
+        log_append_time=header.max_timestamp if log_append else None,
+    ))
+    data[_LAST_OFFSET_DELTA:_LAST_OFFSET_DELTA + 4] = header.last_offset_delta.to_bytes(4, "big", signed=True)
+    if horizon:
+        attributes = int.from_bytes(data[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2], "big", signed=True)
+        data[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2] = (attributes | DELETE_HORIZON_MASK).to_bytes(2, "big", signed=True)
+    data[CRC_OFFSET:CRC_OFFSET + 4] = compute_crc(data, 0, len(data)).to_bytes(4, "big")
+    return bytes(data)
+
+
+def empty_batch(header: BatchHeader) -> bytes:
+    """Kafka's empty batch: ``header`` with no records (the offsets it spans and its producer fields kept)."""
+    data = bytearray(BATCH_HEADER.pack(
+        header.base_offset, HEADER_SIZE - LOG_OVERHEAD, header.partition_leader_epoch, CURRENT_MAGIC, 0,
+        header.attributes & ~0x07, header.last_offset_delta, header.base_timestamp, header.max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, 0,
+    ))
+    data[CRC_OFFSET:CRC_OFFSET + 4] = compute_crc(data, 0, len(data)).to_bytes(4, "big")
+    return bytes(data)
+
+
+def _clean_batch(run: _Pass, data: memoryview, header: BatchHeader, offset_map: OffsetMap,
+                 keep_header: bool) -> bytes | memoryview | None:
+    """The batch as the cleaned segment holds it: unchanged, rebuilt with fewer records, empty, or None (dropped)."""
+    if not _mapped(header):
+        return data
+    plan = run.plan
+    records = run.records(data, header)
+    has_horizon = bool(header.attributes & DELETE_HORIZON_MASK)
+    tombstones_expire = has_horizon and header.base_timestamp <= plan.now_ms
+    kept = [
+        record for record in records
+        if record.key is not None
+        and offset_map.get(key_digest(record.key)) <= record.offset
+        and not (record.value is None and tombstones_expire)
+    ]
+    run.records_read += len(records)
+    run.records_kept += len(kept)
+    stamps_horizon = not has_horizon and any(record.value is None for record in kept)
+    if len(kept) == len(records) and not stamps_horizon:
+        return data
+    if not kept:
+        return empty_batch(header) if keep_header else None
+    if stamps_horizon:
+        return _rebuilt(header, kept, plan.now_ms + plan.log.config.delete_retention_ms, True)
+    return _rebuilt(header, kept, header.base_timestamp, has_horizon)
+
+
+class _GroupWriter:
+    """Appends cleaned batches to a new `.cleaned` segment in large writes."""
+
+    def __init__(self, run: _Pass, base_offset: int) -> None:
+        config = run.plan.log.config
+        self.run = run
+        self.segment = Segment.create(
+            run.plan.log.directory, base_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            segment_index_bytes=config.segment_index_bytes,
+            now_ms=run.plan.now_ms,
+            suffix=CLEANED_SUFFIX,
+        )
+        self.segment.offsets_may_skip = True
+        self.buffer = bytearray()
+        self.described: list[AppendedBatch] = []
+        self.last_offset = -1
+
+    def add(self, data: bytes | memoryview, header: BatchHeader) -> None:
+        max_timestamp = header.max_timestamp
+        if not isinstance(data, memoryview):
+            max_timestamp = BATCH_HEADER.unpack_from(data, 0)[8]
+        self.described.append((len(self.buffer), len(data), header.last_offset, max_timestamp))
+        self.buffer += data
+        self.last_offset = header.last_offset
+        if len(self.buffer) >= WRITE_CHUNK_BYTES:
+            self.write()
+
+    def write(self) -> None:
+        if self.described:
+            self.run.io(len(self.buffer))
+            self.run.bytes_written += len(self.buffer)
+            self.segment.append(bytes(self.buffer), self.described)
+            self.buffer = bytearray()
+            self.described = []
+
+    def finish(self) -> Segment:
+        """Write what is buffered, fsync, and rename the files to `.swap` (the point recovery completes from)."""
+        self.write()
+        segment = self.segment
+        segment.seal()
+        segment.flush(fsync=True)
+        segment.rename_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+        fsync_directory(segment.directory)
+        return segment
+
+
+def clean(
+    plan: CleaningPlan,
+    offset_map: OffsetMap,
+    *,
+    throttle: IoThrottle | None = None,
+    abort: threading.Event | None = None,
+) -> CleaningResult:
+    """Build the offset map and write the cleaned segments of ``plan`` (on a cleaner thread); see the module docstring.
+
+    Nothing of the log changes here: the result's segments are `.swap` files until `apply_cleaning`.
+    On any error (CleaningAbortedError included) every file this pass wrote is removed.
+    """
+    run = _Pass(plan, throttle, abort)
+    done: list[CleanedGroup] = []
+    writer: _GroupWriter | None = None
+    try:
+        spanned = build_offset_map(run, offset_map)
+        for group in _groups(plan, spanned):
+            writer = _GroupWriter(run, plan.segments[group[0]].base_offset)
+            last: BatchHeader | None = None
+            for number in group:
+                for data, header in run.batches(number):
+                    last = header
+                    keep_header = (header.producer_id, header.last_offset) in plan.producer_last_offsets
+                    cleaned = _clean_batch(run, data, header, offset_map, keep_header)
+                    if cleaned is not None:
+                        writer.add(cleaned, header)
+            if last is not None and writer.last_offset < last.last_offset:
+                writer.add(empty_batch(last), last)
+            done.append(CleanedGroup(
+                [plan.segments[n] for n in group], [plan.sizes[n] for n in group], writer.finish()
+            ))
+            writer = None
+    except BaseException:
+        if writer is not None:
+            writer.segment.close_and_delete()
+        for group in done:
+            group.segment.close_and_delete()
+        raise
+    return CleaningResult(
+        groups=done,
+        first_dirty_after=plan.ends[spanned - 1] if spanned else plan.first_dirty_offset,
+        bytes_read=run.bytes_read,
+        bytes_written=run.bytes_written,
+        records_read=run.records_read,
+        records_kept=run.records_kept,
+    )
+
+
+def apply_cleaning(plan: CleaningPlan, result: CleaningResult) -> int:
+    """Swap the cleaned segments in (on the log's writer); return how many groups were swapped.
+
+    A group whose old segments changed since the plan (retention, truncation, a closed log) is
+    discarded. The cleaner checkpoint moves only when every group went in.
+    """
+    log = plan.log
+    swapped = 0
+    for group in result.groups:
+        if log.replace_segments(group.old, group.old_sizes, group.segment):
+            swapped += 1
+        else:
+            discard(group)
+    if swapped == len(result.groups) and swapped:
+        write_offset_checkpoint(log.directory / CLEANER_CHECKPOINT_FILE, result.first_dirty_after)
+    return swapped
+
+
+def discard(group: CleanedGroup) -> None:
+    """Remove a cleaned segment that will not be swapped in (its directory may be gone with its topic)."""
+    try:
+        group.segment.close_and_delete()
+    except OSError:
+        group.segment.close()
