@@ -19,6 +19,7 @@ from .broker import Broker, BrokerParts
 from .config import BrokerConfig
 from .handlers import RequestHandlers
 from .listener import KafkaListener, ListenerLimits
+from .log_cleaner import LogCleanerService
 from .producer_ids import ProducerIdAllocator
 
 
@@ -41,7 +42,7 @@ def build_broker(config: BrokerConfig) -> Broker:
         listener=listener,
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
-        services=(quotas, groups, tiering),
+        services=(quotas, groups, tiering, LogCleanerService(broker)),
         followers=(quotas,),
     ))
     return broker
