@@ -210,12 +210,15 @@ SETTINGS: tuple[Setting, ...] = (
     _topic("delete.retention.ms", _INT, 24 * _HOUR_MS,
            "How long a tombstone (a null value) stays readable after the cleaner first saw it.",
            "log.cleaner.delete.retention.ms", log_field="delete_retention_ms"),
-    _broker("log.cleaner.threads", _INT, 1, "Logs cleaned at once, each on a thread of its own."),
+    _broker("log.cleaner.threads", _INT, 1, "Logs cleaned at once, each by a cleaner process of its own (Kafka's threads; processes keep the"
+            " cleaning's Python work off the broker's GIL)."),
     _broker("log.cleaner.dedupe.buffer.size", _INT, 128 * 1024 * 1024,
-            "Memory budget of the cleaners' key maps, shared by the threads; 24 bytes per key as Kafka counts."),
+            "Budget of the cleaners' key maps, shared by the cleaners; keys are counted at 24 bytes each as Kafka"
+            " counts them (a Python map uses more per key)."),
     _broker("log.cleaner.backoff.ms", _INT, 15000, "How long a cleaner waits when no log needs cleaning."),
     _broker("log.cleaner.io.max.bytes.per.second", _DOUBLE, "1.7976931348623157E308",
-            "Bytes per second the cleaners read and write together; the default is unlimited."),
+            "Bytes per second the cleaners read and write together (each holds an equal share); the default is"
+            " unlimited."),
     _topic("compression.type", _STRING, "producer", "Accepted for Kafka tools; batches are stored as the producer compressed them.",
            "compression.type", choices=("producer", "uncompressed")),
     _topic("local.retention.bytes", _INT, -2, "Local size limit of a tiered topic; -2 is retention.bytes.",

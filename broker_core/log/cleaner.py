@@ -2,19 +2,20 @@
 
 A compacted log (cleanup.policy names compact) has a clean head, already cleaned, and a dirty tail
 written since; the offset `cleaner-offset-checkpoint` (in the partition directory) separates them.
-Cleaning is three steps, split by thread:
+Cleaning is three steps, split between the log's writer and a cleaner process:
 
 - `plan_cleaning` (on the log's writer, the broker's event loop) picks the cleanable section: sealed
   segments from the log start up to the first uncleanable offset, which is the base offset of the
   first segment that is the active one, reaches the high watermark, or holds a record younger than
   min.compaction.lag.ms. It is due when the dirty bytes are at least min.cleanable.dirty.ratio of the
-  section, or when its oldest dirty record is older than max.compaction.lag.ms. The plan holds its own
-  duplicates of the segments' descriptors, so retention may retire them meanwhile.
-- `clean` (on a cleaner thread) builds an `OffsetMap` of key -> latest offset over whole dirty
-  segments (as many as the map holds), then rewrites the section up to the end of the mapped segments
+  section, or when its oldest dirty record is older than max.compaction.lag.ms. The plan carries a
+  picklable `CleaningJob` naming the segment files and their sizes.
+- `clean` (in a cleaner process through `clean_in_process`, or on any thread) opens those files and
+  builds an `OffsetMap` of key -> latest offset over whole dirty segments (as many as the map
+  holds), then rewrites the section up to the end of the mapped segments
   in groups of consecutive segments whose sizes add up to at most segment.bytes, into `.cleaned`
   files, renamed to `.swap` once fsynced (see `broker_core.log.swap`).
-- `apply_cleaning` (on the writer again) swaps each group's segment in with
+- `apply_cleaning` (on the writer again) opens each group's `.swap` segment and swaps it in with
   `PartitionLog.replace_segments`, which refuses a group whose segments changed meanwhile, and moves
   the checkpoint to the end of the mapped section.
 
@@ -27,16 +28,21 @@ with no record is dropped, except the last batch of a producer (kept as an empty
 state survives a restart) and the last batch of a group (so the cleaned segment ends where its group
 ended). Transactional batches and control batches (markers) are kept whole and their keys are not
 mapped: Floe keeps them rather than decide which aborted or finished transactions Kafka could drop.
-Reading and writing go through an `IoThrottle` shared by every cleaner thread.
+Reading and writing go through an `IoThrottle`: each cleaner process holds its share of
+log.cleaner.io.max.bytes.per.second.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from broker_core.records.batch import build_batch, decode_batch
 from broker_core.records.header import (
@@ -53,10 +59,19 @@ from broker_core.records.header import (
 )
 
 from .checkpoint import fsync_directory, read_offset_checkpoint, write_offset_checkpoint
+from .config import LogConfig
 from .errors import CorruptCheckpointError, LogError
 from .offset_map import OffsetMap, key_digest
 from .partition_log import PartitionLog
-from .segment import INT32_MAX, AppendedBatch, Segment
+from .segment import (
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    AppendedBatch,
+    Segment,
+    segment_file_name,
+)
 from .swap import CLEANED_SUFFIX, SWAP_SUFFIX
 
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
@@ -73,9 +88,9 @@ class CleaningAbortedError(LogError):
 class OffsetMapTooSmallError(LogError):
     """Not even one dirty segment's keys fit the offset map: log.cleaner.dedupe.buffer.size is too small."""
 
-    def __init__(self, *, segment: Segment, keys: int, capacity: int) -> None:
+    def __init__(self, *, path: Path, keys: int, capacity: int) -> None:
         super().__init__(
-            f"segment {segment.log_path} holds {keys} keys but the cleaner's offset map holds {capacity}: "
+            f"segment {path} holds {keys} keys but the cleaner's offset map holds {capacity}: "
             "raise log.cleaner.dedupe.buffer.size or lower segment.bytes"
         )
         self.keys = keys
@@ -113,24 +128,36 @@ class IoThrottle:
 
 
 @dataclass(frozen=True)
-class CleaningPlan:
-    """What one pass may clean: ``segments`` from the log start, each with its size, a descriptor of
-    its own and the offset where the next segment began when the plan was made."""
+class CleaningJob:
+    """What the cleaning step needs, and nothing of the live log: it can be sent to another process.
 
-    log: PartitionLog
-    segments: tuple[Segment, ...]
+    The segments are read by file name, ``sizes`` bytes each; ``ends`` are the offsets where the
+    segment after each one began when the plan was made.
+    """
+
+    directory: Path
+    config: LogConfig
+    base_offsets: tuple[int, ...]
     sizes: tuple[int, ...]
-    fds: tuple[int, ...]
     ends: tuple[int, ...]
     first_dirty_offset: int
-    first_uncleanable_offset: int
-    dirty_ratio: float
     producer_last_offsets: frozenset[tuple[int, int]]
     now_ms: int
 
-    def release(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
+
+@dataclass(frozen=True)
+class CleaningPlan:
+    """What one pass may clean: ``segments`` from the log start, with their sizes when the plan was made."""
+
+    log: PartitionLog
+    segments: tuple[Segment, ...]
+    job: CleaningJob
+    first_uncleanable_offset: int
+    dirty_ratio: float
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.job.sizes
 
 
 def read_cleaner_checkpoint(log: PartitionLog) -> int:
@@ -185,31 +212,29 @@ def plan_cleaning(
     overdue = now_ms - oldest_dirty > config.max_compaction_lag_ms
     if not (force or overdue or ratio >= config.min_cleanable_dirty_ratio):
         return None
-    fds = tuple(os.dup(segment.fd) for segment in cleanable)
-    return CleaningPlan(
-        log=log,
-        segments=tuple(cleanable),
+    job = CleaningJob(
+        directory=log.directory,
+        config=config,
+        base_offsets=tuple(segment.base_offset for segment in cleanable),
         sizes=sizes,
-        fds=fds,
         ends=ends,
         first_dirty_offset=first_dirty,
-        first_uncleanable_offset=ends[-1],
-        dirty_ratio=1.0 if overdue else ratio,
         producer_last_offsets=producer_last_offsets,
         now_ms=now_ms,
     )
+    return CleaningPlan(log=log, segments=tuple(cleanable), job=job, first_uncleanable_offset=ends[-1],
+                        dirty_ratio=1.0 if overdue else ratio)
 
 
 # ---------------------------------------------------------------------------------------- cleaning
 
 
-@dataclass
+@dataclass(frozen=True)
 class CleanedGroup:
-    """Consecutive old segments and the cleaned segment (files named `.swap`) that replaces them."""
+    """Plan segments ``numbers`` (consecutive) and the base offset of the `.swap` segment replacing them."""
 
-    old: list[Segment]
-    old_sizes: list[int]
-    segment: Segment
+    numbers: tuple[int, ...]
+    base_offset: int
 
 
 @dataclass
@@ -225,15 +250,26 @@ class CleaningResult:
 class _Pass:
     """One cleaning pass's reading, throttling and abort checks (on one cleaner thread)."""
 
-    def __init__(self, plan: CleaningPlan, throttle: IoThrottle | None, abort: threading.Event | None) -> None:
-        self.plan = plan
+    def __init__(self, job: CleaningJob, throttle: IoThrottle | None, abort: Any) -> None:
+        self.job = job
         self.throttle = throttle
         self.abort = abort
         self.bytes_read = 0
         self.bytes_written = 0
         self.records_read = 0
         self.records_kept = 0
-        self.max_decompressed = plan.log.config.max_decompressed_bytes
+        self.max_decompressed = job.config.max_decompressed_bytes
+        self.fds: list[int] = []
+
+    def open(self) -> None:
+        """Open every segment of the job by name (FileNotFoundError if retention took one meanwhile)."""
+        for base_offset in self.job.base_offsets:
+            self.fds.append(os.open(self.job.directory / segment_file_name(base_offset, LOG_SUFFIX), os.O_RDONLY))
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
 
     def check_abort(self) -> None:
         if self.abort is not None and self.abort.is_set():
@@ -245,7 +281,7 @@ class _Pass:
 
     def batches(self, number: int) -> Iterator[tuple[memoryview, BatchHeader]]:
         """(bytes, header) of every batch of plan segment ``number``, read in large chunks."""
-        fd, size = self.plan.fds[number], self.plan.sizes[number]
+        fd, size = self.fds[number], self.job.sizes[number]
         position = 0
         while position < size:
             self.check_abort()
@@ -279,11 +315,11 @@ def _mapped(header: BatchHeader) -> bool:
 
 def build_offset_map(run: _Pass, offset_map: OffsetMap) -> int:
     """Map whole dirty segments while they fit; return how many plan segments the cleaned section spans."""
-    plan = run.plan
+    job = run.job
     spanned = 0
     mapped_any = False
-    for number, segment in enumerate(plan.segments):
-        if segment.base_offset < plan.first_dirty_offset:
+    for number, base_offset in enumerate(job.base_offsets):
+        if base_offset < job.first_dirty_offset:
             spanned = number + 1
             continue
         offsets: dict[bytes, int] = {}
@@ -297,27 +333,32 @@ def build_offset_map(run: _Pass, offset_map: OffsetMap) -> int:
                     offsets[key_digest(record.key)] = record.offset
         if not offset_map.try_merge(offsets, last_offset):
             if not mapped_any:
-                raise OffsetMapTooSmallError(segment=segment, keys=len(offsets), capacity=offset_map.capacity)
+                raise OffsetMapTooSmallError(
+                    path=job.directory / segment_file_name(base_offset, LOG_SUFFIX),
+                    keys=len(offsets), capacity=offset_map.capacity)
             break
         mapped_any = True
         spanned = number + 1
     return spanned
 
 
-def _groups(plan: CleaningPlan, spanned: int) -> list[list[int]]:
-    """Plan segment numbers in groups whose sizes, index entries and offset range fit one segment."""
-    config = plan.log.config
+def _groups(job: CleaningJob, spanned: int) -> list[list[int]]:
+    """Plan segment numbers in groups whose sizes, index room and offset range fit one segment.
+
+    Index room is counted as Kafka does, by the most entries the group's bytes could need: one per
+    index.interval.bytes, which a segment.index.bytes index must hold.
+    """
+    config = job.config
     max_entries = config.segment_index_bytes // 12
     groups: list[list[int]] = []
     for number in range(spanned):
-        segment = plan.segments[number]
         if groups:
             group = groups[-1]
-            first = plan.segments[group[0]]
+            size = sum(job.sizes[n] for n in group) + job.sizes[number]
             if (
-                sum(plan.sizes[n] for n in group) + plan.sizes[number] <= config.segment_bytes
-                and sum(len(plan.segments[n].offset_index) for n in group) + len(segment.offset_index) < max_entries
-                and plan.ends[number] - 1 - first.base_offset <= INT32_MAX
+                size <= config.segment_bytes
+                and size // max(config.index_interval_bytes, 1) < max_entries
+                and job.ends[number] - 1 - job.base_offsets[group[0]] <= INT32_MAX
             ):
                 group.append(number)
                 continue
@@ -364,10 +405,10 @@ def _clean_batch(run: _Pass, data: memoryview, header: BatchHeader, offset_map: 
     """The batch as the cleaned segment holds it: unchanged, rebuilt with fewer records, empty, or None (dropped)."""
     if not _mapped(header):
         return data
-    plan = run.plan
+    job = run.job
     records = run.records(data, header)
     has_horizon = bool(header.attributes & DELETE_HORIZON_MASK)
-    tombstones_expire = has_horizon and header.base_timestamp <= plan.now_ms
+    tombstones_expire = has_horizon and header.base_timestamp <= job.now_ms
     kept = [
         record for record in records
         if record.key is not None
@@ -382,7 +423,7 @@ def _clean_batch(run: _Pass, data: memoryview, header: BatchHeader, offset_map: 
     if not kept:
         return empty_batch(header) if keep_header else None
     if stamps_horizon:
-        return _rebuilt(header, kept, plan.now_ms + plan.log.config.delete_retention_ms, True)
+        return _rebuilt(header, kept, job.now_ms + job.config.delete_retention_ms, True)
     return _rebuilt(header, kept, header.base_timestamp, has_horizon)
 
 
@@ -390,13 +431,13 @@ class _GroupWriter:
     """Appends cleaned batches to a new `.cleaned` segment in large writes."""
 
     def __init__(self, run: _Pass, base_offset: int) -> None:
-        config = run.plan.log.config
+        config = run.job.config
         self.run = run
         self.segment = Segment.create(
-            run.plan.log.directory, base_offset,
+            run.job.directory, base_offset,
             index_interval_bytes=config.index_interval_bytes,
             segment_index_bytes=config.segment_index_bytes,
-            now_ms=run.plan.now_ms,
+            now_ms=run.job.now_ms,
             suffix=CLEANED_SUFFIX,
         )
         self.segment.offsets_may_skip = True
@@ -422,59 +463,62 @@ class _GroupWriter:
             self.buffer = bytearray()
             self.described = []
 
-    def finish(self) -> Segment:
+    def finish(self) -> None:
         """Write what is buffered, fsync, and rename the files to `.swap` (the point recovery completes from)."""
         self.write()
         segment = self.segment
         segment.seal()
         segment.flush(fsync=True)
         segment.rename_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+        segment.close()
         fsync_directory(segment.directory)
-        return segment
 
 
 def clean(
-    plan: CleaningPlan,
+    job: CleaningJob,
     offset_map: OffsetMap,
     *,
     throttle: IoThrottle | None = None,
-    abort: threading.Event | None = None,
+    abort: Any = None,
 ) -> CleaningResult:
-    """Build the offset map and write the cleaned segments of ``plan`` (on a cleaner thread); see the module docstring.
+    """Build the offset map and write the cleaned segments of ``job``; see the module docstring.
 
     Nothing of the log changes here: the result's segments are `.swap` files until `apply_cleaning`.
-    On any error (CleaningAbortedError included) every file this pass wrote is removed.
+    ``abort`` (a threading or multiprocessing Event) stops the pass between batches. On any error
+    (CleaningAbortedError included) every file this pass wrote is removed.
     """
-    run = _Pass(plan, throttle, abort)
+    run = _Pass(job, throttle, abort)
     done: list[CleanedGroup] = []
     writer: _GroupWriter | None = None
     try:
+        run.open()
         spanned = build_offset_map(run, offset_map)
-        for group in _groups(plan, spanned):
-            writer = _GroupWriter(run, plan.segments[group[0]].base_offset)
+        for group in _groups(job, spanned):
+            writer = _GroupWriter(run, job.base_offsets[group[0]])
             last: BatchHeader | None = None
             for number in group:
                 for data, header in run.batches(number):
                     last = header
-                    keep_header = (header.producer_id, header.last_offset) in plan.producer_last_offsets
+                    keep_header = (header.producer_id, header.last_offset) in job.producer_last_offsets
                     cleaned = _clean_batch(run, data, header, offset_map, keep_header)
                     if cleaned is not None:
                         writer.add(cleaned, header)
             if last is not None and writer.last_offset < last.last_offset:
                 writer.add(empty_batch(last), last)
-            done.append(CleanedGroup(
-                [plan.segments[n] for n in group], [plan.sizes[n] for n in group], writer.finish()
-            ))
+            writer.finish()
+            done.append(CleanedGroup(tuple(group), job.base_offsets[group[0]]))
             writer = None
     except BaseException:
         if writer is not None:
             writer.segment.close_and_delete()
         for group in done:
-            group.segment.close_and_delete()
+            _delete_swap_files(job.directory, group.base_offset)
         raise
+    finally:
+        run.close()
     return CleaningResult(
         groups=done,
-        first_dirty_after=plan.ends[spanned - 1] if spanned else plan.first_dirty_offset,
+        first_dirty_after=job.ends[spanned - 1] if spanned else job.first_dirty_offset,
         bytes_read=run.bytes_read,
         bytes_written=run.bytes_written,
         records_read=run.records_read,
@@ -482,27 +526,72 @@ def clean(
     )
 
 
+# A cleaner process's own state, set once by `init_cleaner_process` when its pool starts it.
+_process_abort: Any = None
+_process_throttle: IoThrottle | None = None
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def init_cleaner_process(abort: Any, bytes_per_second: float) -> None:
+    """Pool initializer of a cleaner process: the broker's abort event and this process's share of the I/O rate.
+
+    The process is killed with its broker (Linux PR_SET_PDEATHSIG): a pass outliving a killed broker
+    could rename a `.swap` into place under the restarted broker, which recovers the directory
+    assuming nothing else writes to it.
+    """
+    global _process_abort, _process_throttle
+    _process_abort = abort
+    _process_throttle = IoThrottle(bytes_per_second)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (AttributeError, OSError):  # not Linux: a clean stop still ends passes through the abort event
+        pass
+
+
+def clean_in_process(job: CleaningJob, map_capacity: int) -> CleaningResult:
+    """`clean` in a cleaner process (pickled in, pickled out), with its throttle and abort event."""
+    return clean(job, OffsetMap(map_capacity), throttle=_process_throttle, abort=_process_abort)
+
+
 def apply_cleaning(plan: CleaningPlan, result: CleaningResult) -> int:
-    """Swap the cleaned segments in (on the log's writer); return how many groups were swapped.
+    """Open each cleaned `.swap` segment and swap it in (on the log's writer); return how many groups were swapped.
 
     A group whose old segments changed since the plan (retention, truncation, a closed log) is
-    discarded. The cleaner checkpoint moves only when every group went in.
+    discarded, as is one whose file does not read back whole. The cleaner checkpoint moves only when
+    every group went in.
     """
     log = plan.log
+    config = log.config
     swapped = 0
     for group in result.groups:
-        if log.replace_segments(group.old, group.old_sizes, group.segment):
+        segment, problem = Segment.open(
+            log.directory, group.base_offset, index_interval_bytes=config.index_interval_bytes,
+            segment_index_bytes=config.segment_index_bytes, suffix=SWAP_SUFFIX,
+        )
+        segment.offsets_may_skip = True
+        old = [plan.segments[n] for n in group.numbers]
+        if problem is None and segment.check_tail() and log.replace_segments(
+            old, [plan.sizes[n] for n in group.numbers], segment
+        ):
             swapped += 1
         else:
-            discard(group)
+            segment.close_and_delete()
     if swapped == len(result.groups) and swapped:
         write_offset_checkpoint(log.directory / CLEANER_CHECKPOINT_FILE, result.first_dirty_after)
     return swapped
 
 
-def discard(group: CleanedGroup) -> None:
-    """Remove a cleaned segment that will not be swapped in (its directory may be gone with its topic)."""
-    try:
-        group.segment.close_and_delete()
-    except OSError:
-        group.segment.close()
+def discard(directory: Path, result: CleaningResult) -> None:
+    """Remove the `.swap` files of a result that will not be applied (its directory may be gone with its topic)."""
+    for group in result.groups:
+        _delete_swap_files(directory, group.base_offset)
+
+
+def _delete_swap_files(directory: Path, base_offset: int) -> None:
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        try:
+            (directory / (segment_file_name(base_offset, suffix) + SWAP_SUFFIX)).unlink(missing_ok=True)
+        except OSError:
+            continue

@@ -218,17 +218,18 @@ class Segment:
 
     @classmethod
     def open(
-        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, segment_index_bytes: int
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, segment_index_bytes: int,
+        suffix: str = "",
     ) -> tuple[Segment, CorruptIndexError | None]:
         """Open an existing segment without scanning it: the caller follows with `check_tail` or `recover`.
 
         Returns the segment and the CorruptIndexError its index files raised on load, if any; in that
         case the segment starts with empty indexes and must be recovered.
         """
-        log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + suffix)
         fd = os.open(log_path, os.O_RDWR)
-        index_path = directory / segment_file_name(base_offset, INDEX_SUFFIX)
-        time_index_path = directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+        index_path = directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix)
+        time_index_path = directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix)
         problem = None
         try:
             offset_index = OffsetIndex.load(index_path, base_offset, segment_index_bytes)
@@ -247,6 +248,7 @@ class Segment:
             offset_index=offset_index,
             time_index=time_index,
             created_ms=stat.st_mtime_ns // 1_000_000,
+            suffix=suffix,
         )
         segment._end = (stat.st_size, base_offset)
         # Blocks a crashed process reserved past the end are given back when the segment is sealed.

@@ -58,11 +58,7 @@ def run_pass(log: PartitionLog, *, now_ms: int = NOW, producers: frozenset = fro
     plan = plan_cleaning(log, high_watermark=log.log_end_offset, producer_last_offsets=producers,
                          now_ms=now_ms, force=True)
     assert plan is not None
-    try:
-        result = clean(plan, OffsetMap(capacity))
-    finally:
-        plan.release()
-    return apply_cleaning(plan, result)
+    return apply_cleaning(plan, clean(plan.job, OffsetMap(capacity)))
 
 
 def latest(pairs: list[tuple[int, bytes | None, bytes | None]]) -> dict:
@@ -123,7 +119,6 @@ def test_records_at_or_above_the_high_watermark_are_not_cleaned(tmp_path: Path) 
     plan = plan_cleaning(log, high_watermark=30, now_ms=NOW, force=True)
     assert plan is not None
     assert plan.first_uncleanable_offset <= 30
-    plan.release()
     log.close()
 
 
@@ -204,8 +199,7 @@ def test_a_swap_is_refused_when_retention_took_the_segments_first(tmp_path: Path
     log = open_log(tmp_path, cleanup_policy="compact,delete", retention_bytes=1, file_delete_delay_ms=0)
     fill_updates(log, rounds=20, keys=5)
     plan = plan_cleaning(log, high_watermark=log.log_end_offset, now_ms=NOW, force=True)
-    result = clean(plan, OffsetMap(1000))
-    plan.release()
+    result = clean(plan.job, OffsetMap(1000))
     deleted = log.enforce_retention(now_ms=NOW)
     assert deleted >= 1
     assert apply_cleaning(plan, result) == len(result.groups) - deleted
@@ -241,18 +235,18 @@ def test_a_kill_at_any_stage_of_a_swap_leaves_a_log_that_opens_with_every_latest
     expected = latest(read_all(log))
     end = log.log_end_offset
     plan = plan_cleaning(log, high_watermark=end, now_ms=NOW, force=True)
-    result = clean(plan, OffsetMap(1000))
-    plan.release()
+    result = clean(plan.job, OffsetMap(1000))
     directory = tmp_path / "t-0"
     group = result.groups[0]
     if stage == "cleaned":  # the files as they were before the rename to .swap
-        group.segment.rename_suffix(SWAP_SUFFIX, ".cleaned")
+        for path in directory.glob(f"{group.base_offset:020d}.*{SWAP_SUFFIX}"):
+            path.rename(path.with_name(path.name.replace(SWAP_SUFFIX, ".cleaned")))
     elif stage == "half-retired":
-        group.old[0].mark_deleted()
+        plan.segments[group.numbers[0]].mark_deleted()
     elif stage == "swapped":
         apply_cleaning(plan, result)
     # simulate the kill: drop descriptors without closing the log properly
-    for segment in [*log.segments, *(g.segment for g in result.groups)]:
+    for segment in log.segments:
         if segment.fd >= 0:
             os.close(segment.fd)
             segment.fd = -1
