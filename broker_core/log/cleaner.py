@@ -532,10 +532,12 @@ _process_throttle: IoThrottle | None = None
 
 
 _PR_SET_PDEATHSIG = 1
+CLEANER_NICENESS = 10
 
 
 def init_cleaner_process(abort: Any, bytes_per_second: float) -> None:
-    """Pool initializer of a cleaner process: the broker's abort event and this process's share of the I/O rate.
+    """Pool initializer of a cleaner process: the broker's abort event, this process's share of the I/O
+    rate, and a lower CPU priority (nice +10).
 
     The process is killed with its broker (Linux PR_SET_PDEATHSIG): a pass outliving a killed broker
     could rename a `.swap` into place under the restarted broker, which recovers the directory
@@ -544,6 +546,8 @@ def init_cleaner_process(abort: Any, bytes_per_second: float) -> None:
     global _process_abort, _process_throttle
     _process_abort = abort
     _process_throttle = IoThrottle(bytes_per_second)
+    # Below the broker in CPU priority: where cores are short, requests go first and cleaning waits.
+    os.nice(CLEANER_NICENESS)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (AttributeError, OSError):  # not Linux: a clean stop still ends passes through the abort event
@@ -555,31 +559,52 @@ def clean_in_process(job: CleaningJob, map_capacity: int) -> CleaningResult:
     return clean(job, OffsetMap(map_capacity), throttle=_process_throttle, abort=_process_abort)
 
 
-def apply_cleaning(plan: CleaningPlan, result: CleaningResult) -> int:
-    """Open each cleaned `.swap` segment and swap it in (on the log's writer); return how many groups were swapped.
-
-    A group whose old segments changed since the plan (retention, truncation, a closed log) is
-    discarded, as is one whose file does not read back whole. The cleaner checkpoint moves only when
-    every group went in.
-    """
-    log = plan.log
-    config = log.config
-    swapped = 0
+def open_cleaned(plan: CleaningPlan, result: CleaningResult) -> list[Segment | None]:
+    """Open each group's `.swap` segment, None for one that does not read back whole (any thread: nobody else sees them yet)."""
+    config = plan.job.config
+    opened: list[Segment | None] = []
     for group in result.groups:
         segment, problem = Segment.open(
-            log.directory, group.base_offset, index_interval_bytes=config.index_interval_bytes,
+            plan.job.directory, group.base_offset, index_interval_bytes=config.index_interval_bytes,
             segment_index_bytes=config.segment_index_bytes, suffix=SWAP_SUFFIX,
         )
         segment.offsets_may_skip = True
+        if problem is None and segment.check_tail():
+            opened.append(segment)
+        else:
+            segment.close_and_delete()
+            opened.append(None)
+    return opened
+
+
+def swap_cleaned(plan: CleaningPlan, result: CleaningResult, opened: list[Segment | None]) -> int:
+    """Swap the opened segments in (on the log's writer); return how many groups went in.
+
+    A group whose old segments changed since the plan (retention, truncation, a closed log) is
+    discarded, as is one `open_cleaned` could not open.
+    """
+    swapped = 0
+    for group, segment in zip(result.groups, opened, strict=True):
+        if segment is None:
+            continue
         old = [plan.segments[n] for n in group.numbers]
-        if problem is None and segment.check_tail() and log.replace_segments(
-            old, [plan.sizes[n] for n in group.numbers], segment
-        ):
+        if plan.log.replace_segments(old, [plan.sizes[n] for n in group.numbers], segment):
             swapped += 1
         else:
             segment.close_and_delete()
+    return swapped
+
+
+def write_cleaner_checkpoint(plan: CleaningPlan, result: CleaningResult) -> None:
+    """Move the first dirty offset past the cleaned section (after every group of the pass went in)."""
+    write_offset_checkpoint(plan.job.directory / CLEANER_CHECKPOINT_FILE, result.first_dirty_after)
+
+
+def apply_cleaning(plan: CleaningPlan, result: CleaningResult) -> int:
+    """`open_cleaned`, `swap_cleaned` and, when every group went in, `write_cleaner_checkpoint`, on the caller's thread."""
+    swapped = swap_cleaned(plan, result, open_cleaned(plan, result))
     if swapped == len(result.groups) and swapped:
-        write_offset_checkpoint(log.directory / CLEANER_CHECKPOINT_FILE, result.first_dirty_after)
+        write_cleaner_checkpoint(plan, result)
     return swapped
 
 

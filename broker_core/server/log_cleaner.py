@@ -26,11 +26,13 @@ from broker_core.log.cleaner import (
     CleaningAbortedError,
     CleaningPlan,
     OffsetMapTooSmallError,
-    apply_cleaning,
     clean_in_process,
     discard,
     init_cleaner_process,
+    open_cleaned,
     plan_cleaning,
+    swap_cleaned,
+    write_cleaner_checkpoint,
 )
 from broker_core.log.offset_map import OffsetMap
 
@@ -95,7 +97,6 @@ class LogCleanerService:
         return best
 
     async def _work(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             picked = self._pick()
             if picked is None:
@@ -105,30 +106,43 @@ class LogCleanerService:
             name = (partition.topic, partition.index)
             self._cleaning.add(name)
             try:
-                capacity = OffsetMap.for_buffer(self.dedupe_buffer_bytes, self.threads).capacity
-                result = await loop.run_in_executor(self._executor, clean_in_process, plan.job, capacity)
-            except (CleaningAbortedError, BrokenProcessPool):
-                return
-            except FileNotFoundError:
-                # Retention or a truncation took a segment before the pass opened it; plan again.
-                continue
-            except OffsetMapTooSmallError as exc:
-                log.error("cannot clean %s-%d: %s", partition.topic, partition.index, exc)
-                await asyncio.sleep(self.backoff_s)
-                continue
-            except asyncio.CancelledError:
-                self._abort.set()
-                raise
-            except Exception:
-                log.exception("cleaning %s-%d failed", partition.topic, partition.index)
-                await asyncio.sleep(self.backoff_s)
-                continue
+                if not await self._clean(partition, plan):
+                    return
             finally:
                 self._cleaning.discard(name)
-            if self._abort.is_set():
-                discard(plan.job.directory, result)
-                return
-            swapped = apply_cleaning(plan, result)
-            log.info("cleaned %s-%d: %d of %d groups swapped, %d bytes read, %d written, %d of %d records kept",
-                     partition.topic, partition.index, swapped, len(result.groups), result.bytes_read,
-                     result.bytes_written, result.records_kept, result.records_read)
+
+    async def _clean(self, partition: Partition, plan: CleaningPlan) -> bool:
+        """One pass over ``partition``; False when the service is stopping."""
+        loop = asyncio.get_running_loop()
+        try:
+            capacity = OffsetMap.for_buffer(self.dedupe_buffer_bytes, self.threads).capacity
+            result = await loop.run_in_executor(self._executor, clean_in_process, plan.job, capacity)
+        except (CleaningAbortedError, BrokenProcessPool):
+            return False
+        except FileNotFoundError:
+            # Retention or a truncation took a segment before the pass opened it; plan again.
+            return True
+        except OffsetMapTooSmallError as exc:
+            log.error("cannot clean %s-%d: %s", partition.topic, partition.index, exc)
+            await asyncio.sleep(self.backoff_s)
+            return True
+        except asyncio.CancelledError:
+            self._abort.set()
+            raise
+        except Exception:
+            log.exception("cleaning %s-%d failed", partition.topic, partition.index)
+            await asyncio.sleep(self.backoff_s)
+            return True
+        if self._abort.is_set():
+            discard(plan.job.directory, result)
+            return False
+        # Opening the new segments and writing the checkpoint (an fsync) go to a worker thread; only
+        # the swap itself, which changes the segment list, runs on the event loop.
+        opened = await asyncio.to_thread(open_cleaned, plan, result)
+        swapped = swap_cleaned(plan, result, opened)
+        if swapped == len(result.groups) and swapped:
+            await asyncio.to_thread(write_cleaner_checkpoint, plan, result)
+        log.info("cleaned %s-%d: %d of %d groups swapped, %d bytes read, %d written, %d of %d records kept",
+                 partition.topic, partition.index, swapped, len(result.groups), result.bytes_read,
+                 result.bytes_written, result.records_kept, result.records_read)
+        return True
