@@ -449,22 +449,25 @@ class PartitionLog:
         timestamp is >= ``timestamp_ms``; None if no record is that recent."""
         log_start_offset = self._log_start_offset
         for segment in self._segments:
-            if segment.next_offset <= log_start_offset:
-                continue
-            found = segment.find_by_timestamp(timestamp_ms, log_start_offset)
-            if found is None:
-                continue
-            position, header = found
-            if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-                return max(header.base_offset, log_start_offset), header.max_timestamp
-            batch = decode_batch(
-                segment.read_batch(position, header),
-                verify_crc=False,
-                max_decompressed_bytes=self._max_decompressed_bytes,
-            )
-            for record in batch.records:
-                if record.timestamp >= timestamp_ms and record.offset >= log_start_offset:
-                    return record.offset, record.timestamp
+            search_from = log_start_offset
+            while segment.next_offset > search_from:
+                found = segment.find_by_timestamp(timestamp_ms, search_from)
+                if found is None:
+                    break
+                position, header = found
+                if header.timestamp_type is TimestampType.LOG_APPEND_TIME and header.records_count:
+                    return max(header.base_offset, log_start_offset), header.max_timestamp
+                batch = decode_batch(
+                    segment.read_batch(position, header),
+                    verify_crc=False,
+                    max_decompressed_bytes=self._max_decompressed_bytes,
+                )
+                for record in batch.records:
+                    if record.timestamp >= timestamp_ms and record.offset >= log_start_offset:
+                        return record.offset, record.timestamp
+                # Nothing here after all (the batch straddles the log start, or the cleaner emptied it
+                # and it kept its max timestamp): go on with the next batch.
+                search_from = header.next_offset
         return None
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:

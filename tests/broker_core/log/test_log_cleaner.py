@@ -272,3 +272,16 @@ def test_the_throttle_holds_callers_to_its_rate() -> None:
     for _ in range(10):
         throttle.acquire(500)
     assert now[0] == pytest.approx(5.0, abs=0.01)
+
+
+def test_a_time_lookup_passes_over_a_batch_the_cleaner_emptied(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=1 << 20)
+    log.append(build_batch([SimpleRecord(key=b"a", value=b"1", timestamp=NOW + 10)],
+                           producer_id=7, producer_epoch=0, base_sequence=0), now_ms=NOW)
+    log.append(build_batch([SimpleRecord(key=b"b", value=b"1", timestamp=NOW + 5)]), now_ms=NOW)
+    log.append(build_batch([SimpleRecord(key=b"a", value=b"2", timestamp=NOW + 20)]), now_ms=NOW)
+    log.roll(now_ms=NOW)
+    run_pass(log, producers=frozenset({(7, 0)}))
+    assert [b.header.records_count for b in all_batches(log)] == [0, 1, 1]
+    assert log.offset_for_timestamp(NOW + 8) == (2, NOW + 20)
+    log.close()
