@@ -35,6 +35,7 @@ log.cleaner.io.max.bytes.per.second.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import signal
 import threading
@@ -44,7 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import crc32c
+
 from broker_core.records.batch import build_batch, decode_batch
+from broker_core.records.compression import compress, decompress
+from broker_core.records.errors import CorruptBatchError
 from broker_core.records.header import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
@@ -54,6 +59,7 @@ from broker_core.records.header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
+    Compression,
     TimestampType,
     compute_crc,
 )
@@ -61,7 +67,7 @@ from broker_core.records.header import (
 from .checkpoint import fsync_directory, read_offset_checkpoint, write_offset_checkpoint
 from .config import LogConfig
 from .errors import CorruptCheckpointError, LogError
-from .offset_map import OffsetMap, key_digest
+from .offset_map import OffsetMap
 from .partition_log import PartitionLog
 from .segment import (
     INDEX_SUFFIX,
@@ -313,6 +319,106 @@ def _mapped(header: BatchHeader) -> bool:
     return not header.is_control and not header.is_transactional
 
 
+# What the cleaner needs of one record, read without decoding its value or headers:
+# (offset, MD5 of the key or None, is a tombstone, start and end of its bytes in the records section,
+# timestamp delta).
+Scanned = tuple[int, bytes | None, bool, int, int, int]
+
+
+def _uvarint(data: bytes | memoryview, position: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, position
+        shift += 7
+        if shift > 63:
+            raise CorruptBatchError("a varint longer than 10 bytes", position=position)
+
+
+def records_section(data: memoryview, header: BatchHeader, limit: int) -> bytes | memoryview:
+    """The batch's records, decompressed when the batch names a codec."""
+    section = data[HEADER_SIZE:header.size]
+    if header.compression is Compression.NONE:
+        return section
+    return decompress(header.compression, section, limit=limit)
+
+
+def scan_records(section: bytes | memoryview, count: int, base_offset: int) -> list[Scanned]:
+    """Each record's `Scanned` facts, walking the varints inline (most are one byte) instead of decoding
+    whole records: keys are hashed, values and headers skipped."""
+    out = []
+    position = 0
+    md5 = hashlib.md5
+    try:
+        for _ in range(count):
+            start = position
+            byte = section[position]
+            if byte < 0x80:
+                raw, position = byte, position + 1
+            else:
+                raw, position = _uvarint(section, position)
+            end = position + ((raw >> 1) ^ -(raw & 1))
+            position += 1  # attributes
+            byte = section[position]
+            if byte < 0x80:
+                raw, position = byte, position + 1
+            else:
+                raw, position = _uvarint(section, position)
+            timestamp_delta = (raw >> 1) ^ -(raw & 1)
+            byte = section[position]
+            if byte < 0x80:
+                raw, position = byte, position + 1
+            else:
+                raw, position = _uvarint(section, position)
+            offset = base_offset + ((raw >> 1) ^ -(raw & 1))
+            byte = section[position]
+            if byte < 0x80:
+                raw, position = byte, position + 1
+            else:
+                raw, position = _uvarint(section, position)
+            key_length = (raw >> 1) ^ -(raw & 1)
+            digest = None
+            if key_length >= 0:
+                digest = md5(section[position:position + key_length], usedforsecurity=False).digest()
+                position += key_length
+            byte = section[position]
+            if byte < 0x80:
+                raw = byte
+            else:
+                raw, _ = _uvarint(section, position)
+            out.append((offset, digest, raw == 1, start, end, timestamp_delta))
+            position = end
+    except IndexError:
+        raise CorruptBatchError(f"records of the batch at offset {base_offset} end early", position=position) from None
+    return out
+
+
+def spliced_batch(header: BatchHeader, section: bytes | memoryview, kept: list[Scanned]) -> bytes:
+    """``header``'s batch holding only the ``kept`` records, their bytes copied as they are.
+
+    Valid because the base offset and base timestamp stay, so each record's deltas still hold; the
+    header keeps everything but the record count, max timestamp, length and CRC.
+    """
+    body = b"".join(section[start:end] for _, _, _, start, end, _ in kept)
+    codec = header.compression
+    payload = body if codec is Compression.NONE else compress(codec, body)
+    if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        max_timestamp = header.max_timestamp
+    else:
+        max_timestamp = header.base_timestamp + max(scanned[5] for scanned in kept)
+    head = bytearray(BATCH_HEADER.pack(
+        header.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload), header.partition_leader_epoch,
+        CURRENT_MAGIC, 0, header.attributes, header.last_offset_delta, header.base_timestamp, max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, len(kept),
+    ))
+    crc = crc32c.crc32c(payload, crc32c.crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))
+    head[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    return bytes(head) + payload
+
+
 def build_offset_map(run: _Pass, offset_map: OffsetMap) -> int:
     """Map whole dirty segments while they fit; return how many plan segments the cleaned section spans."""
     job = run.job
@@ -328,9 +434,10 @@ def build_offset_map(run: _Pass, offset_map: OffsetMap) -> int:
             last_offset = header.last_offset
             if not _mapped(header):
                 continue
-            for record in run.records(data, header):
-                if record.key is not None:
-                    offsets[key_digest(record.key)] = record.offset
+            section = records_section(data, header, run.max_decompressed)
+            for offset, digest, _, _, _, _ in scan_records(section, header.records_count, header.base_offset):
+                if digest is not None:
+                    offsets[digest] = offset
         if not offset_map.try_merge(offsets, last_offset):
             if not mapped_any:
                 raise OffsetMapTooSmallError(
@@ -406,25 +513,28 @@ def _clean_batch(run: _Pass, data: memoryview, header: BatchHeader, offset_map: 
     if not _mapped(header):
         return data
     job = run.job
-    records = run.records(data, header)
+    section = records_section(data, header, run.max_decompressed)
+    scanned = scan_records(section, header.records_count, header.base_offset)
     has_horizon = bool(header.attributes & DELETE_HORIZON_MASK)
     tombstones_expire = has_horizon and header.base_timestamp <= job.now_ms
+    get = offset_map.get
     kept = [
-        record for record in records
-        if record.key is not None
-        and offset_map.get(key_digest(record.key)) <= record.offset
-        and not (record.value is None and tombstones_expire)
+        record for record in scanned
+        if record[1] is not None and get(record[1]) <= record[0] and not (record[2] and tombstones_expire)
     ]
-    run.records_read += len(records)
+    run.records_read += len(scanned)
     run.records_kept += len(kept)
-    stamps_horizon = not has_horizon and any(record.value is None for record in kept)
-    if len(kept) == len(records) and not stamps_horizon:
+    stamps_horizon = not has_horizon and any(record[2] for record in kept)
+    if len(kept) == len(scanned) and not stamps_horizon:
         return data
     if not kept:
         return empty_batch(header) if keep_header else None
     if stamps_horizon:
-        return _rebuilt(header, kept, job.now_ms + job.config.delete_retention_ms, True)
-    return _rebuilt(header, kept, header.base_timestamp, has_horizon)
+        # The base timestamp becomes the horizon, so every record's timestamp delta is rewritten.
+        offsets = {record[0] for record in kept}
+        records = [record for record in run.records(data, header) if record.offset in offsets]
+        return _rebuilt(header, records, job.now_ms + job.config.delete_retention_ms, True)
+    return spliced_batch(header, section, kept)
 
 
 class _GroupWriter:

@@ -285,3 +285,24 @@ def test_a_time_lookup_passes_over_a_batch_the_cleaner_emptied(tmp_path: Path) -
     assert [b.header.records_count for b in all_batches(log)] == [0, 1, 1]
     assert log.offset_for_timestamp(NOW + 8) == (2, NOW + 20)
     log.close()
+
+
+@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP, Compression.LZ4])
+def test_the_record_scan_reads_what_a_full_decode_reads(compression: Compression) -> None:
+    from broker_core.log.cleaner import records_section, scan_records
+    from broker_core.log.offset_map import key_digest
+    from broker_core.records.batch import decode_batch
+    from broker_core.records.header import parse_header
+
+    records = [
+        SimpleRecord(key=None if n % 7 == 0 else b"k" * (n * 37 % 300), value=None if n % 5 == 0 else b"v" * (n * 71),
+                     headers=[("h", b"x" * n)], timestamp=NOW + n * 1000, offset_delta=n * 3)
+        for n in range(60)
+    ]
+    data = memoryview(build_batch(records, compression=compression, base_offset=1000))
+    header = parse_header(data)
+    scanned = scan_records(records_section(data, header, 1 << 30), header.records_count, header.base_offset)
+    decoded = decode_batch(data).records
+    assert [(s[0], s[1], s[2], s[5]) for s in scanned] == [
+        (r.offset, None if r.key is None else key_digest(r.key), r.value is None, r.timestamp - NOW)
+        for r in decoded]
