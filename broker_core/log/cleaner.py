@@ -63,6 +63,7 @@ from broker_core.records.header import (
     TimestampType,
     compute_crc,
 )
+from broker_core.records.varint import MAX_VARLONG_SIZE, decode_unsigned_varint
 
 from .checkpoint import fsync_directory, read_offset_checkpoint, write_offset_checkpoint
 from .config import LogConfig
@@ -325,19 +326,6 @@ def _mapped(header: BatchHeader) -> bool:
 Scanned = tuple[int, bytes | None, bool, int, int, int]
 
 
-def _uvarint(data: bytes | memoryview, position: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, position
-        shift += 7
-        if shift > 63:
-            raise CorruptBatchError("a varint longer than 10 bytes", position=position)
-
-
 def records_section(data: memoryview, header: BatchHeader, limit: int) -> bytes | memoryview:
     """The batch's records, decompressed when the batch names a codec."""
     section = data[HEADER_SIZE:header.size]
@@ -359,26 +347,26 @@ def scan_records(section: bytes | memoryview, count: int, base_offset: int) -> l
             if byte < 0x80:
                 raw, position = byte, position + 1
             else:
-                raw, position = _uvarint(section, position)
+                raw, position = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             end = position + ((raw >> 1) ^ -(raw & 1))
             position += 1  # attributes
             byte = section[position]
             if byte < 0x80:
                 raw, position = byte, position + 1
             else:
-                raw, position = _uvarint(section, position)
+                raw, position = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             timestamp_delta = (raw >> 1) ^ -(raw & 1)
             byte = section[position]
             if byte < 0x80:
                 raw, position = byte, position + 1
             else:
-                raw, position = _uvarint(section, position)
+                raw, position = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             offset = base_offset + ((raw >> 1) ^ -(raw & 1))
             byte = section[position]
             if byte < 0x80:
                 raw, position = byte, position + 1
             else:
-                raw, position = _uvarint(section, position)
+                raw, position = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             key_length = (raw >> 1) ^ -(raw & 1)
             digest = None
             if key_length >= 0:
@@ -388,7 +376,7 @@ def scan_records(section: bytes | memoryview, count: int, base_offset: int) -> l
             if byte < 0x80:
                 raw = byte
             else:
-                raw, _ = _uvarint(section, position)
+                raw, _ = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             out.append((offset, digest, raw == 1, start, end, timestamp_delta))
             position = end
     except IndexError:
