@@ -105,7 +105,8 @@ class OffsetMapTooSmallError(LogError):
 
 
 class IoThrottle:
-    """log.cleaner.io.max.bytes.per.second over every cleaner thread: callers sleep to stay under it."""
+    """A byte rate (log.cleaner.io.max.bytes.per.second, or a cleaner process's share of it) that the
+    callers of one process share: each sleeps as long as its bytes put them ahead of the rate."""
 
     def __init__(self, bytes_per_second: float, *, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -255,7 +256,7 @@ class CleaningResult:
 
 
 class _Pass:
-    """One cleaning pass's reading, throttling and abort checks (on one cleaner thread)."""
+    """One cleaning pass's reading, throttling and abort checks (in one cleaner process or thread)."""
 
     def __init__(self, job: CleaningJob, throttle: IoThrottle | None, abort: Any) -> None:
         self.job = job
@@ -299,6 +300,9 @@ class _Pass:
             cursor = 0
             while cursor + HEADER_SIZE <= len(view):
                 header = BatchHeader(*BATCH_HEADER.unpack_from(view, cursor))
+                if header.size < HEADER_SIZE:
+                    raise CorruptBatchError(f"batch length {header.batch_length} in a segment of {self.job.directory}",
+                                            position=position + cursor)
                 if cursor + header.size > len(view):
                     break
                 yield view[cursor:cursor + header.size], header
