@@ -65,7 +65,12 @@ from broker_core.records.header import (
 )
 from broker_core.records.varint import MAX_VARLONG_SIZE, decode_unsigned_varint
 
-from .checkpoint import fsync_directory, read_offset_checkpoint, write_offset_checkpoint
+from .checkpoint import (
+    CLEANER_CHECKPOINT_FILE,
+    fsync_directory,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
 from .config import LogConfig
 from .errors import CorruptCheckpointError, LogError
 from .offset_map import OffsetMap
@@ -81,7 +86,6 @@ from .segment import (
 )
 from .swap import CLEANED_SUFFIX, SWAP_SUFFIX
 
-CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 READ_CHUNK_BYTES = 1 << 20
 WRITE_CHUNK_BYTES = 1 << 20
 _LAST_OFFSET_DELTA = 23  # byte position of lastOffsetDelta in a batch (under the CRC)

@@ -31,6 +31,7 @@ from .append import (
     validate_batches,
 )
 from .checkpoint import (
+    CLEANER_CHECKPOINT_FILE,
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
     fsync_directory,
@@ -504,6 +505,7 @@ class PartitionLog:
         if self._log_start_offset > log_end_offset:
             self._log_start_offset = log_end_offset
             self._write_log_start_offset()
+        self._truncate_cleaner_checkpoint(log_end_offset)
         self.delete_expired_segments()
         return True
 
@@ -521,6 +523,7 @@ class PartitionLog:
         self._write_log_start_offset()
         self._recovery_point = offset
         write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, offset)
+        self._truncate_cleaner_checkpoint(offset)
         self.flush()
         self.delete_expired_segments()
 
@@ -629,6 +632,16 @@ class PartitionLog:
     def delete_expired_segments(self) -> None:
         """Close and unlink retired segments whose file.delete.delay.ms has passed."""
         self._retired.delete_expired()
+
+    def _truncate_cleaner_checkpoint(self, offset: int) -> None:
+        """Pull a compacted log's first dirty offset back to ``offset``: what is appended after a truncation is dirty."""
+        path = self.directory / CLEANER_CHECKPOINT_FILE
+        try:
+            checkpoint = read_offset_checkpoint(path)
+        except CorruptCheckpointError:
+            checkpoint = offset + 1
+        if checkpoint is not None and checkpoint > offset:
+            write_offset_checkpoint(path, offset)
 
     def _write_log_start_offset(self) -> None:
         write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self._log_start_offset)

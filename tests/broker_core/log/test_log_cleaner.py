@@ -306,3 +306,21 @@ def test_the_record_scan_reads_what_a_full_decode_reads(compression: Compression
     assert [(s[0], s[1], s[2], s[5]) for s in scanned] == [
         (r.offset, None if r.key is None else key_digest(r.key), r.value is None, r.timestamp - NOW)
         for r in decoded]
+
+
+def test_truncation_below_the_cleaner_checkpoint_makes_what_follows_dirty_again(tmp_path: Path) -> None:
+    from broker_core.log.checkpoint import read_offset_checkpoint
+
+    log = open_log(tmp_path)
+    fill_updates(log, rounds=20, keys=5)
+    run_pass(log)
+    checkpoint = tmp_path / "t-0" / CLEANER_CHECKPOINT_FILE
+    assert read_offset_checkpoint(checkpoint) == 100
+    log.truncate_to(60)
+    assert read_offset_checkpoint(checkpoint) == log.log_end_offset <= 60
+    fill_updates(log, rounds=20, keys=5)
+    run_pass(log)
+    pairs = read_all(log)
+    below = [key for offset, key, _ in pairs if offset < read_offset_checkpoint(checkpoint)]
+    assert len(below) == len(set(below))
+    log.close()
