@@ -92,6 +92,11 @@ def validate_topic_configs(configs: Mapping[str, str]) -> None:
         log_config = LogConfig.from_kafka(configs)
     except ValueError as exc:
         raise TopicConfigError(str(exc)) from None
+    if log_config.min_compaction_lag_ms > log_config.max_compaction_lag_ms:
+        raise TopicConfigError(
+            f"min.compaction.lag.ms {log_config.min_compaction_lag_ms} is above max.compaction.lag.ms "
+            f"{log_config.max_compaction_lag_ms}"
+        )
     if log_config.compact and configs.get("remote.storage.enable") == "true":
         # Kafka's choice (KIP-405): tiered segments are never rewritten, so a compacted topic stays local.
         raise TopicConfigError(
