@@ -17,10 +17,12 @@ from broker_core.aws import AwsSettings
 from broker_core.log.config import LogConfig
 from broker_core.settings import (
     TOPIC_SETTINGS,
+    BrokerOverrides,
     Kind,
     bool_setting,
     broker_setting,
     check_broker_overrides,
+    effective,
     int_setting,
 )
 
@@ -63,8 +65,11 @@ class BrokerConfig:
         LogConfig.from_kafka(self.overrides)
 
 
-def validate_topic_configs(configs: Mapping[str, str]) -> None:
-    """Refuse (TopicConfigError) a name that is not a public topic setting, or a value it cannot take."""
+def validate_topic_configs(configs: Mapping[str, str], broker: BrokerOverrides | None = None) -> None:
+    """Refuse (TopicConfigError) a name that is not a public topic setting, or a value it cannot take.
+
+    With ``broker``, settings the topic leaves to the broker (log.cleanup.policy) count too.
+    """
     for name, value in configs.items():
         setting = TOPIC_SETTINGS.get(name)
         if setting is None or not setting.public:
@@ -97,9 +102,10 @@ def validate_topic_configs(configs: Mapping[str, str]) -> None:
             f"min.compaction.lag.ms {log_config.min_compaction_lag_ms} is above max.compaction.lag.ms "
             f"{log_config.max_compaction_lag_ms}"
         )
-    if log_config.compact and configs.get("remote.storage.enable") == "true":
+    policy = log_config.cleanup_policy if broker is None else effective(configs, broker, "cleanup.policy")
+    if "compact" in policy.split(",") and configs.get("remote.storage.enable") == "true":
         # Kafka's choice (KIP-405): tiered segments are never rewritten, so a compacted topic stays local.
         raise TopicConfigError(
-            f"remote.storage.enable=true is not supported with cleanup.policy={log_config.cleanup_policy}: "
+            f"remote.storage.enable=true is not supported with cleanup.policy={policy}: "
             "tiered storage keeps only topics with cleanup.policy=delete"
         )

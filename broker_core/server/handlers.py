@@ -540,7 +540,7 @@ class RequestHandlers:
                 result["error_message"] = "manual replica assignment is not supported; give num_partitions and replication_factor"
                 continue
             try:
-                validate_topic_configs(configs)
+                validate_topic_configs(configs, self.context.config)
                 if num_partitions >= 1 and replication >= 1:
                     limits.check_new_partitions(
                         existing_partitions=existing_partitions, existing_replicas=existing_replicas,

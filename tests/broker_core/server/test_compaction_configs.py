@@ -30,3 +30,12 @@ def test_valid_compaction_configs_are_accepted(configs: dict[str, str]) -> None:
 def test_invalid_compaction_configs_are_refused_naming_the_setting(configs: dict[str, str], named: str) -> None:
     with pytest.raises(TopicConfigError, match=named.replace(".", r"\.")):
         validate_topic_configs(configs)
+
+
+def test_a_broker_wide_compact_policy_refuses_a_tiered_topic_that_does_not_override_it() -> None:
+    from types import SimpleNamespace
+
+    broker = SimpleNamespace(overrides={"log.cleanup.policy": "compact"})
+    validate_topic_configs({"remote.storage.enable": "true", "cleanup.policy": "delete"}, broker)
+    with pytest.raises(TopicConfigError, match="cleanup.policy=compact"):
+        validate_topic_configs({"remote.storage.enable": "true"}, broker)
