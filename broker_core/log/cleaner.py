@@ -343,8 +343,8 @@ def records_section(data: memoryview, header: BatchHeader, limit: int) -> bytes 
 
 
 def scan_records(section: bytes | memoryview, count: int, base_offset: int) -> list[Scanned]:
-    """Each record's `Scanned` facts, walking the varints inline (most are one byte) instead of decoding
-    whole records: keys are hashed, values and headers skipped."""
+    """Each record's `Scanned` facts, walking the varints inline (most are one or two bytes) instead of
+    decoding whole records: keys are hashed, values and headers skipped."""
     out = []
     position = 0
     md5 = hashlib.md5
@@ -354,6 +354,8 @@ def scan_records(section: bytes | memoryview, count: int, base_offset: int) -> l
             byte = section[position]
             if byte < 0x80:
                 raw, position = byte, position + 1
+            elif section[position + 1] < 0x80:
+                raw, position = (byte & 0x7F) | (section[position + 1] << 7), position + 2
             else:
                 raw, position = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             end = position + ((raw >> 1) ^ -(raw & 1))
@@ -361,18 +363,24 @@ def scan_records(section: bytes | memoryview, count: int, base_offset: int) -> l
             byte = section[position]
             if byte < 0x80:
                 raw, position = byte, position + 1
+            elif section[position + 1] < 0x80:
+                raw, position = (byte & 0x7F) | (section[position + 1] << 7), position + 2
             else:
                 raw, position = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             timestamp_delta = (raw >> 1) ^ -(raw & 1)
             byte = section[position]
             if byte < 0x80:
                 raw, position = byte, position + 1
+            elif section[position + 1] < 0x80:
+                raw, position = (byte & 0x7F) | (section[position + 1] << 7), position + 2
             else:
                 raw, position = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             offset = base_offset + ((raw >> 1) ^ -(raw & 1))
             byte = section[position]
             if byte < 0x80:
                 raw, position = byte, position + 1
+            elif section[position + 1] < 0x80:
+                raw, position = (byte & 0x7F) | (section[position + 1] << 7), position + 2
             else:
                 raw, position = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             key_length = (raw >> 1) ^ -(raw & 1)
@@ -383,6 +391,8 @@ def scan_records(section: bytes | memoryview, count: int, base_offset: int) -> l
             byte = section[position]
             if byte < 0x80:
                 raw = byte
+            elif section[position + 1] < 0x80:
+                raw = (byte & 0x7F) | (section[position + 1] << 7)
             else:
                 raw, _ = decode_unsigned_varint(section, position, MAX_VARLONG_SIZE)
             out.append((offset, digest, raw == 1, start, end, timestamp_delta))
