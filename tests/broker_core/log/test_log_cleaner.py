@@ -324,3 +324,17 @@ def test_truncation_below_the_cleaner_checkpoint_makes_what_follows_dirty_again(
     below = [key for offset, key, _ in pairs if offset < read_offset_checkpoint(checkpoint)]
     assert len(below) == len(set(below))
     log.close()
+
+
+def test_small_cleaned_segments_are_grouped_into_one_on_the_next_pass(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill_updates(log, rounds=20, keys=5)
+    run_pass(log)
+    cleaned = len(log.segments)
+    assert cleaned > 4
+    fill_updates(log, rounds=1, keys=5)
+    run_pass(log)
+    assert len(log.segments) < cleaned
+    assert sum(segment.size for segment in log.segments[:-2]) <= 600
+    assert latest(read_all(log)) == {b"k%d" % key: b"v%d-0" % key for key in range(5)}
+    log.close()
