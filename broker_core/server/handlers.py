@@ -114,7 +114,7 @@ class RequestHandlers:
             return await handler
         timed = LoopTimed(handler)
         response = await timed
-        throttle_s = quotas.record_request_time(client_identity(request.client_id), timed.elapsed_s)
+        throttle_s = quotas.record_request_time(client_identity(request.client_id, request.principal), timed.elapsed_s)
         return with_throttle(response, throttle_s)
 
     # ApiVersions -------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ class RequestHandlers:
         """Kafka records a Produce request's whole size against the producer byte rate, and (here)
         the time its appends took on the event loop against the request percentage."""
         quotas = self.quotas.manager
-        identity = client_identity(request.client_id)
+        identity = client_identity(request.client_id, request.principal)
         throttle_s = quotas.record_produce(identity, request.size)
         if quotas.enforces(REQUEST_PERCENTAGE):
             throttle_s = max(throttle_s, quotas.record_request_time(identity, appending_s))
@@ -306,13 +306,16 @@ class RequestHandlers:
         deadline = time.monotonic() + body.max_wait.total_seconds()
         await self._catch_up_for(getattr(topic_request, "topic", None) for topic_request in body.topics)
         quotas = self.quotas.manager
-        identity = client_identity(request.client_id)
+        identity = client_identity(request.client_id, request.principal)
         max_bytes = body.max_bytes
         if replica_id < 0:
-            # Kafka's cap: no more in one response than the consumer quota allows over the window.
-            limit = quotas.fetch_limit(identity)
-            if limit is not None:
-                max_bytes = min(max_bytes, limit)
+            # No more in one response than the consumer quota leaves room for (quotas.manager.fetch_room).
+            room = quotas.fetch_room(identity)
+            if room is not None and room.max_bytes <= 0:
+                return respond(request, {"throttle_time": _throttle_time(max(room.wait_s, 0.001)), "error_code": ErrorCode.none,
+                                         "session_id": 0, "responses": []})
+            if room is not None:
+                max_bytes = min(max_bytes, room.max_bytes)
         while True:
             topics, total, partitions, had_error = await self._read_fetch(body, replica_id, max_bytes)
             remaining = deadline - time.monotonic()
@@ -525,7 +528,7 @@ class RequestHandlers:
         existing_replicas = sum(t.num_partitions * t.replication_factor for t in image.topics.values())
         live = len(image.live_brokers())
         quotas = self.quotas.manager
-        identity = client_identity(request.client_id)
+        identity = client_identity(request.client_id, request.principal)
         strict = request.api_version >= _STRICT_MUTATION_QUOTA[ApiKey.CREATE_TOPICS]
         for topic in body.topics:
             result = {"name": topic.name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none,
@@ -595,7 +598,7 @@ class RequestHandlers:
         results = []
         deleted = False
         quotas = self.quotas.manager
-        identity = client_identity(request.client_id)
+        identity = client_identity(request.client_id, request.principal)
         strict = request.api_version >= _STRICT_MUTATION_QUOTA[ApiKey.DELETE_TOPICS]
         for name in names:
             result = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
