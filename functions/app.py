@@ -25,8 +25,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from broker_core.client import ClientError, KafkaError
 from functions import fetch, groups, produce, runtime, topics
+from functions.caller import principal_of
 from functions.errors import ApiError, FieldError, api_error_for
 from functions.models import TOO_MANY_RECORDS, UNION_TAGS
+from functions.quotas import QuotaUnavailableError
 from functions.telemetry import logger, metrics, tracer
 
 API_TITLE = "Floe HTTP API"
@@ -46,13 +48,20 @@ for module in (produce, fetch, topics, groups):
     app.include_router(module.router)
 
 
-def _json_response(status: int, body: dict[str, Any]) -> Response:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+def _json_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=headers)
 
 
 @app.exception_handler(ApiError)
 def _api_error(error: ApiError) -> Response:
-    return _json_response(error.status, error.body())
+    return _json_response(error.status, error.body(), error.headers)
+
+
+@app.exception_handler(QuotaUnavailableError)
+def _quota_unavailable(error: QuotaUnavailableError) -> Response:
+    logger.warning("quota bucket unavailable", extra={"error": str(error)})
+    return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, ApiError(
+        HTTPStatus.SERVICE_UNAVAILABLE, "the quota store is unavailable; retry later").body())
 
 
 @app.exception_handler(RequestValidationError)
@@ -140,5 +149,5 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     refused = _refuse_body(event)
     if refused is not None:
         return _answer(refused)
-    with runtime.borrowed_container():
+    with runtime.borrowed_container(principal_of(event)):
         return app.resolve(event, context)

@@ -33,14 +33,16 @@ class ErrorBody(BaseModel):
 
 
 class ApiError(Exception):
-    """An HTTP error answer: status, message, optional field errors and extra fields for the body."""
+    """An HTTP error answer: status, message, optional field errors, response headers (Retry-After)
+    and extra fields for the body."""
 
     def __init__(self, status: int, message: str, *, errors: list[FieldError] | None = None,
-                 **details: Any) -> None:
+                 headers: dict[str, str] | None = None, **details: Any) -> None:
         super().__init__(message)
         self.status = int(status)
         self.message = message
         self.errors = errors or []
+        self.headers = headers or {}
         self.details = details
 
     def body(self) -> dict[str, Any]:

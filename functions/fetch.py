@@ -290,7 +290,7 @@ def _as_fetched(records: list[Record], wanted: Format, next_offset: int) -> tupl
     "/v1/topics/<topic>/partitions/<partition>/records",
     summary="Read records of a partition from an offset or a timestamp",
     tags=["records"],
-    responses=responses(FetchResponse, 404, 416, 422, 502, 503),
+    responses=responses(FetchResponse, 404, 416, 422, 429, 502, 503),
 )
 def fetch_records(
     topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)],
@@ -303,7 +303,18 @@ def fetch_records(
 ) -> FetchResponse:
     if offset is not None and timestamp is not None:
         raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, "give offset or timestamp, not both")
-    container = runtime.current()
+    container, principal = runtime.current(), runtime.current_principal()
+    allowance = container.quotas.fetch_allowance(principal)
+    if allowance.tokens is not None:  # no more than the caller's quota bucket holds (at least one batch)
+        max_bytes = max(1, min(max_bytes, int(allowance.tokens)))
+    answer = _read(container, topic, partition, offset, timestamp, max_bytes, format, max_wait_ms)
+    if allowance.tokens is not None:
+        container.quotas.fetched(principal, len(answer.model_dump_json()))
+    return answer
+
+
+def _read(container: runtime.Container, topic: str, partition: int, offset: int | None, timestamp: int | None,
+          max_bytes: int, format: Format, max_wait_ms: int) -> FetchResponse:
     description = _describe(container, topic)
     if partition >= description.num_partitions:
         raise ApiError(HTTPStatus.NOT_FOUND, f"topic {topic!r} has no partition {partition} "

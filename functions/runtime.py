@@ -27,6 +27,8 @@ from botocore.config import Config
 from broker_core.aws import AwsSettings
 from broker_core.client import FloeClient, NoBrokersError
 from broker_core.metadata.store import MetadataStore
+from broker_core.security.principal import ANONYMOUS
+from functions.quotas import HttpQuotas
 from tiered_storage.manifest import ManifestStore
 
 ENV_BOOTSTRAP_SERVERS = "FLOE_BOOTSTRAP_SERVERS"
@@ -72,6 +74,7 @@ class Container:
     _client: FloeClient | None = None
     _metadata: MetadataStore | None = None
     _manifest: ManifestStore | None = None
+    _quotas: HttpQuotas | None = None
     _s3: Any = None
     _cache: dict[tuple[str, ...], _Cached] = field(default_factory=dict)
 
@@ -115,6 +118,12 @@ class Container:
         return self._manifest
 
     @property
+    def quotas(self) -> HttpQuotas:
+        if self._quotas is None:
+            self._quotas = HttpQuotas(self.settings.aws)
+        return self._quotas
+
+    @property
     def s3(self) -> Any:
         if self._s3 is None:
             self._s3 = boto3.session.Session().client("s3", config=_S3_CONFIG, **self.settings.aws.boto3_kwargs())
@@ -149,17 +158,20 @@ def settings() -> FrontEndSettings:
 
 
 @contextmanager
-def borrowed_container() -> Iterator[Container]:
-    """A container for the length of one invocation (an idle one if there is one)."""
+def borrowed_container(principal: str = ANONYMOUS) -> Iterator[Container]:
+    """A container for the length of one invocation (an idle one if there is one), made on behalf
+    of ``principal`` (the caller, `functions.caller`)."""
     try:
         container = _idle.get_nowait()
     except queue.Empty:
         container = Container(settings())
     _current.container = container
+    _current.principal = principal
     try:
         yield container
     finally:
         _current.container = None
+        _current.principal = None
         _idle.put(container)
 
 
@@ -169,3 +181,11 @@ def current() -> Container:
     if container is None:
         raise RuntimeError("no invocation is running on this thread")
     return container
+
+
+def current_principal() -> str:
+    """The principal of the invocation running on this thread."""
+    principal = getattr(_current, "principal", None)
+    if principal is None:
+        raise RuntimeError("no invocation is running on this thread")
+    return principal

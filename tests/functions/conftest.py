@@ -4,6 +4,11 @@ as an `HttpApi`, fresh topics, and a way to read log-end offsets straight from t
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -13,6 +18,7 @@ from broker_core.client import LATEST, FloeClient
 from broker_core.local_stack import LocalStack
 from tests.functions.http_api import HttpApi
 from tests.support.stack import TEST_BROKER_OVERRIDES
+from tests.support.waiting import wait_until
 
 # Tiering runs every 300 ms so tests that wait for uploads wait little.
 HTTP_STACK_OVERRIDES = {**TEST_BROKER_OVERRIDES, "remote.log.manager.task.interval.ms": "300"}
@@ -64,3 +70,42 @@ def log_end_offsets(http_stack: LocalStack) -> Callable[[str], dict[int, int]]:
         return asyncio.run(ask())
 
     return read
+
+
+# Callers of the second adapter below, by name: each is an IAM user ARN with a bearer token of its own.
+CALLERS = ("alice", "bob", "carol")
+
+
+def caller_arn(name: str) -> str:
+    return f"arn:aws:iam::111122223333:user/{name}"
+
+
+@pytest.fixture(scope="session")
+def callers(http_stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, HttpApi]]:
+    """A second local adapter on the session's stack whose callers are several IAM identities (as API
+    Gateway would report them); an `HttpApi` per caller name."""
+    directory = tmp_path_factory.mktemp("callers")
+    tokens = {name: secrets.token_urlsafe(16) for name in CALLERS}
+    ready = directory / "ready.json"
+    environment = {
+        **os.environ,
+        "FLOE_BOOTSTRAP_SERVERS": http_stack.bootstrap_servers,
+        "FLOE_AWS_ENDPOINT_URL": http_stack.aws.endpoint_url or "",
+        "AWS_REGION": http_stack.region,
+        "FLOE_BUCKET": http_stack.bucket,
+        "FLOE_TABLE_PREFIX": http_stack.table_prefix,
+        "FLOE_HTTP_TOKEN": secrets.token_urlsafe(16),
+        "FLOE_HTTP_CALLERS": json.dumps({token: caller_arn(name) for name, token in tokens.items()}),
+    }
+    with open(directory / "adapter.log", "ab") as log_file:
+        process = subprocess.Popen([sys.executable, "-m", "functions.local_adapter", "--port", "0", "--workers", "2",
+                                    "--ready-file", str(ready)], stdout=log_file, stderr=subprocess.STDOUT,
+                                   env=environment, start_new_session=True)
+    try:
+        wait_until(lambda: ready.exists() or process.poll() is not None, "the callers' adapter is ready", 60.0)
+        assert process.poll() is None, (directory / "adapter.log").read_text()
+        url = json.loads(ready.read_text())["url"]
+        yield {name: HttpApi(url, token) for name, token in tokens.items()}
+    finally:
+        process.terminate()
+        process.wait(30)
