@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from broker_core.client import ClientError, KafkaError
 from functions import fetch, groups, produce, runtime, topics
 from functions.caller import principal_of
-from functions.errors import ApiError, FieldError, api_error_for
+from functions.errors import ApiError, FieldError, api_error_for, hidden
 from functions.models import TOO_MANY_RECORDS, UNION_TAGS
 from functions.quotas import QuotaUnavailableError
 from functions.telemetry import logger, metrics, tracer
@@ -59,9 +59,8 @@ def _api_error(error: ApiError) -> Response:
 
 @app.exception_handler(QuotaUnavailableError)
 def _quota_unavailable(error: QuotaUnavailableError) -> Response:
-    logger.warning("quota bucket unavailable", extra={"error": str(error)})
-    return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, ApiError(
-        HTTPStatus.SERVICE_UNAVAILABLE, "the quota store is unavailable; retry later").body())
+    refused = hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the quota store is unavailable; retry later", error)
+    return _json_response(refused.status, refused.body())
 
 
 @app.exception_handler(RequestValidationError)
@@ -91,9 +90,16 @@ def _kafka_error(error: KafkaError) -> Response:
 
 @app.exception_handler(ClientError)
 def _cluster_unreachable(error: ClientError) -> Response:
-    logger.warning("broker request failed", extra={"error": str(error)})
-    return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, ApiError(
-        HTTPStatus.SERVICE_UNAVAILABLE, f"the brokers could not be reached: {error}").body())
+    refused = hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the brokers could not be reached; retry later", error)
+    return _json_response(refused.status, refused.body())
+
+
+@app.exception_handler(Exception)
+def _unexpected(error: Exception) -> Response:
+    """A failure no other handler names: logged with its stack trace, answered without it."""
+    logger.exception("unhandled error", extra={"error_type": type(error).__name__})
+    return _json_response(HTTPStatus.INTERNAL_SERVER_ERROR, ApiError(
+        HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; the request id is in the logs").body())
 
 
 @app.get("/v1/openapi.json", include_in_schema=False)

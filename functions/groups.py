@@ -32,7 +32,7 @@ from broker_core.groups.errors import GroupStoreUnavailableError
 from broker_core.groups.store import HttpCommittedOffset, HttpGroupStore
 from broker_core.metadata.errors import MetadataUnavailableError, UnknownTopicError
 from functions import group_state, group_store, runtime
-from functions.errors import ApiError, responses
+from functions.errors import ApiError, hidden, responses
 from functions.group_state import (
     FencedMemberEpochError,
     Group,
@@ -80,7 +80,8 @@ def _partition_counts(topics: Iterable[str]) -> dict[str, int]:
             except UnknownTopicError:
                 count = 0
             except MetadataUnavailableError as error:
-                raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"cluster metadata is unavailable: {error}") from error
+                raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "cluster metadata is unavailable; retry later",
+                             error) from error
             container.remember(("partitions", topic), count)
         counts[topic] = count
     return counts
@@ -108,7 +109,7 @@ def _update(group_id: str, change: Callable[[Group], _T], *, create: bool = True
     except FencedMemberEpochError as error:
         raise ApiError(HTTPStatus.CONFLICT, str(error), member_epoch=error.member_epoch) from error
     except GroupStoreUnavailableError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
+        raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the group store is unavailable; retry later", error) from error
 
 
 @router.post(
@@ -168,7 +169,7 @@ def describe_group(group_id: GroupId) -> GroupDescription:
     try:
         group = group_store.load(_store(), group_id)
     except GroupStoreUnavailableError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
+        raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the group store is unavailable; retry later", error) from error
     if group is None:
         raise ApiError(HTTPStatus.NOT_FOUND, f"group {group_id!r} does not exist")
     group_state.expire(group, wall_clock_ms())
@@ -201,7 +202,7 @@ def commit_offsets(group_id: GroupId, body: Annotated[CommitRequest, Body()]) ->
     except GroupStateError as error:  # a stale epoch, members present, or fenced while writing
         raise ApiError(HTTPStatus.CONFLICT, str(error)) from error
     except GroupStoreUnavailableError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
+        raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the group store is unavailable; retry later", error) from error
     return CommittedOffsets(group_id=group_id, offsets=[
         CommittedOffsetModel(topic=o.topic, partition_id=o.partition, offset=o.offset, metadata=o.metadata)
         for o in offsets])
@@ -220,7 +221,7 @@ def committed_offsets(
     try:
         found = _store().committed(group_id, topic)
     except GroupStoreUnavailableError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
+        raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the group store is unavailable; retry later", error) from error
     return CommittedOffsets(group_id=group_id, offsets=[
         CommittedOffsetModel(topic=o.topic, partition_id=o.partition, offset=o.offset, metadata=o.metadata)
         for o in found])

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -80,32 +82,36 @@ def caller_arn(name: str) -> str:
     return f"arn:aws:iam::111122223333:user/{name}"
 
 
-@pytest.fixture(scope="session")
-def callers(http_stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, HttpApi]]:
-    """A second local adapter on the session's stack whose callers are several IAM identities (as API
-    Gateway would report them); an `HttpApi` per caller name."""
-    directory = tmp_path_factory.mktemp("callers")
-    tokens = {name: secrets.token_urlsafe(16) for name in CALLERS}
+@contextmanager
+def extra_adapter(stack: LocalStack, directory: Path, **environment: str) -> Iterator[str]:
+    """Another local adapter (two workers) on ``stack``, its environment changed by ``environment``; its URL."""
     ready = directory / "ready.json"
-    environment = {
-        **os.environ,
-        "FLOE_BOOTSTRAP_SERVERS": http_stack.bootstrap_servers,
-        "FLOE_AWS_ENDPOINT_URL": http_stack.aws.endpoint_url or "",
-        "AWS_REGION": http_stack.region,
-        "FLOE_BUCKET": http_stack.bucket,
-        "FLOE_TABLE_PREFIX": http_stack.table_prefix,
+    settings = {
+        "FLOE_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "FLOE_AWS_ENDPOINT_URL": stack.aws.endpoint_url or "",
+        "AWS_REGION": stack.region,
+        "FLOE_BUCKET": stack.bucket,
+        "FLOE_TABLE_PREFIX": stack.table_prefix,
         "FLOE_HTTP_TOKEN": secrets.token_urlsafe(16),
-        "FLOE_HTTP_CALLERS": json.dumps({token: caller_arn(name) for name, token in tokens.items()}),
     }
     with open(directory / "adapter.log", "ab") as log_file:
         process = subprocess.Popen([sys.executable, "-m", "functions.local_adapter", "--port", "0", "--workers", "2",
                                     "--ready-file", str(ready)], stdout=log_file, stderr=subprocess.STDOUT,
-                                   env=environment, start_new_session=True)
+                                   env={**os.environ, **settings, **environment}, start_new_session=True)
     try:
-        wait_until(lambda: ready.exists() or process.poll() is not None, "the callers' adapter is ready", 60.0)
+        wait_until(lambda: ready.exists() or process.poll() is not None, "the extra adapter is ready", 60.0)
         assert process.poll() is None, (directory / "adapter.log").read_text()
-        url = json.loads(ready.read_text())["url"]
-        yield {name: HttpApi(url, token) for name, token in tokens.items()}
+        yield json.loads(ready.read_text())["url"]
     finally:
         process.terminate()
         process.wait(30)
+
+
+@pytest.fixture(scope="session")
+def callers(http_stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, HttpApi]]:
+    """A second local adapter on the session's stack whose callers are several IAM identities (as API
+    Gateway would report them); an `HttpApi` per caller name."""
+    tokens = {name: secrets.token_urlsafe(16) for name in CALLERS}
+    callers_env = json.dumps({token: caller_arn(name) for name, token in tokens.items()})
+    with extra_adapter(http_stack, tmp_path_factory.mktemp("callers"), FLOE_HTTP_CALLERS=callers_env) as url:
+        yield {name: HttpApi(url, token) for name, token in tokens.items()}
