@@ -6,6 +6,12 @@ principal and client address as the listener stamped them. Without an authorizer
 broker without security settings behaves and performs as before. A check never reads DynamoDB: the
 authorizer decides from its cache.
 
+Trusted replication (`replica_request_allowed`): a request that acts as a replica (a Fetch,
+ListOffsets or OffsetForLeaderEpoch naming a replica id) is accepted only from a principal with
+CLUSTER_ACTION on the cluster that is also the principal the broker named by the replica id
+registered with (its inter-broker principal), so neither a client nor one broker can pose as
+another broker's follower.
+
 A refusal is logged once, at INFO, with the principal and the peer address (Kafka's authorizer log
 line). Checks that only filter what a response shows (Metadata's topic list, ListGroups) do not
 log, as Kafka's do not.
@@ -15,11 +21,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from broker_core.protocol.framing import Request
 from broker_core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from broker_core.security.authorizer import Authorizer
+
+if TYPE_CHECKING:
+    from .context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -62,4 +71,21 @@ def idempotent_write_allowed(authorizer: Authorizer, request: Request) -> bool:
         return True
     log.info("denied: principal %s from %s may not write idempotently (no IDEMPOTENT_WRITE on the cluster, no WRITE "
              "on any topic; api key %d)", request.principal, request.client_host, request.api_key)
+    return False
+
+
+def replica_request_allowed(context: BrokerContext, request: Request, replica_id: int) -> bool:
+    """Whether a request naming ``replica_id`` as its sender comes from that broker (see the module doc)."""
+    authorizer = context.authorizer
+    if not authorizer.enabled:
+        return True
+    if not cluster_allowed(authorizer, request, AclOperation.CLUSTER_ACTION):
+        return False
+    registration = context.image.brokers.get(replica_id)
+    if registration is not None and registration.principal == request.principal:
+        return True
+    log.warning("denied: principal %s from %s sent a replica request as broker %d, which %s (api key %d)",
+                request.principal, request.client_host, replica_id,
+                "is not registered" if registration is None else f"registered as {registration.principal}",
+                request.api_key)
     return False
