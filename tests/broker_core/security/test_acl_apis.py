@@ -9,17 +9,19 @@ a super user, except where a test's own ACLs take that power away.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import kafka.errors
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
 )
@@ -35,6 +37,7 @@ from kafka.admin import (
 from kafka.admin import ResourcePatternFilter as KpFilter
 from kafka.admin import ResourceType as KpType
 
+from broker_core.cli import main
 from broker_core.local_stack import LocalStack
 from tests.support.stack import running_stack
 
@@ -188,3 +191,46 @@ def test_a_broker_without_an_authorizer_answers_security_disabled(tmp_path_facto
         with pytest.raises(KafkaException) as refused:
             futures[READ_ORDERS].result()
         assert refused.value.args[0].name() == "SECURITY_DISABLED"
+
+
+def test_the_cli_adds_lists_and_removes_acls_like_kafka_acls(stack: LocalStack, admin: AdminClient,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    delete_all(admin)
+    servers = ["--bootstrap-servers", stack.bootstrap_servers]
+    assert main(["acls", "add", *servers, "--allow-principal", "User:alice", "--allow-principal", "User:bob",
+                 "--operation", "Read", "--operation", "Describe", "--topic", "orders.",
+                 "--resource-pattern-type", "prefixed", "--group", "billing"]) == 0
+    assert main(["acls", "add", *servers, "--deny-principal", "User:mallory", "--deny-host", "10.0.0.66",
+                 "--cluster", "--operation", "ClusterAction"]) == 0
+    assert len(describe(admin, EVERYTHING)) == 2 * 2 * 2 + 1
+    capsys.readouterr()
+    assert main(["acls", "list", *servers, "--principal", "User:mallory", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{
+        "resource_type": "cluster", "resource_name": "kafka-cluster", "pattern_type": "literal",
+        "principal": "User:mallory", "host": "10.0.0.66", "operation": "ClusterAction", "permission": "Deny"}]
+    assert main(["acls", "list", *servers, "--topic", "orders.eu", "--resource-pattern-type", "match",
+                 "--format", "json"]) == 0
+    assert {(a["principal"], a["operation"]) for a in json.loads(capsys.readouterr().out)} == {
+        ("User:alice", "Read"), ("User:alice", "Describe"), ("User:bob", "Read"), ("User:bob", "Describe")}
+    assert main(["acls", "remove", *servers, "--allow-principal", "User:bob", "--operation", "Read",
+                 "--topic", "orders.", "--resource-pattern-type", "prefixed"]) == 0
+    # The pattern type applies to every resource named, so the group's ACLs are prefixed too.
+    assert main(["acls", "remove", *servers, "--group", "billing", "--resource-pattern-type", "prefixed"]) == 0
+    assert {(b.principal, b.operation, b.name) for b in describe(admin, EVERYTHING)} == {
+        ("User:alice", AclOperation.READ, "orders."), ("User:alice", AclOperation.DESCRIBE, "orders."),
+        ("User:bob", AclOperation.DESCRIBE, "orders."), ("User:mallory", AclOperation.CLUSTER_ACTION, "kafka-cluster")}
+    # kafka-acls refuses an operation the resource does not have before sending anything.
+    assert main(["acls", "add", *servers, "--allow-principal", "User:x", "--operation", "Write", "--group", "g"]) == 2
+    assert "Write does not apply to group" in capsys.readouterr().err
+    assert main(["acls", "add", *servers, "--allow-principal", "alice", "--topic", "t"]) == 1
+    assert "Type:name" in capsys.readouterr().err
+
+
+def test_super_users_may_do_anything_without_any_acl(stack: LocalStack, admin: AdminClient) -> None:
+    delete_all(admin)
+    admin.create_topics([NewTopic("super-topic", 1, 1)])["super-topic"].result(timeout=TIMEOUT_S)
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    delivered = []
+    producer.produce("super-topic", b"v", on_delivery=lambda err, _msg: delivered.append(err))
+    producer.flush(TIMEOUT_S)
+    assert delivered == [None]
