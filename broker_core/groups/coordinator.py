@@ -200,7 +200,7 @@ class GroupCoordinator:
                                              "group_state": item.record.state}
         groups = [g for g in listed.values() if not wanted or g["group_state"].lower() in wanted]
         authorizer = self.context.authorizer
-        if authorizer.enabled and not cluster_allowed(authorizer, request, AclOperation.DESCRIBE):
+        if authorizer.enabled and not cluster_allowed(authorizer, request, AclOperation.DESCRIBE, log_denial=False):
             groups = [g for g in groups if allowed(authorizer, request, AclOperation.DESCRIBE, ResourceType.GROUP,
                                                    g["group_id"], log_denial=False)]
         return respond(request, {"throttle_time": NO_THROTTLE, "error_code": error, "groups": groups})

@@ -48,8 +48,9 @@ def allowed(authorizer: Authorizer, request: Request, operation: AclOperation, r
     return False
 
 
-def cluster_allowed(authorizer: Authorizer, request: Request, operation: AclOperation) -> bool:
-    return allowed(authorizer, request, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+def cluster_allowed(authorizer: Authorizer, request: Request, operation: AclOperation, *,
+                    log_denial: bool = True) -> bool:
+    return allowed(authorizer, request, operation, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=log_denial)
 
 
 def filter_allowed(authorizer: Authorizer, request: Request, operation: AclOperation, resource_type: ResourceType,
@@ -89,3 +90,10 @@ def replica_request_allowed(context: BrokerContext, request: Request, replica_id
                 "is not registered" if registration is None else f"registered as {registration.principal}",
                 request.api_key)
     return False
+
+
+def scram_credentials_allowed(authorizer: Authorizer, request: Request, *, alter: bool) -> bool:
+    """For the SCRAM credential APIs (Kafka's rule): DescribeUserScramCredentials (50) needs DESCRIBE on
+    the cluster, AlterUserScramCredentials (51) ALTER; a refused request's results are each
+    CLUSTER_AUTHORIZATION_FAILED."""
+    return cluster_allowed(authorizer, request, AclOperation.ALTER if alter else AclOperation.DESCRIBE)

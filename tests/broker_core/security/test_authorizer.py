@@ -223,3 +223,20 @@ def test_adding_a_deny_never_allows_more(bindings: list[AclBinding], operation: 
     after = authorizer(*bindings, acl(name, operation, permission=DENY)).authorize(ALICE, HOST, operation, TOPIC, name)
     assert not after
     assert after <= before
+
+
+def test_the_scram_credential_apis_need_describe_or_alter_on_the_cluster() -> None:
+    from broker_core.protocol.framing import Request
+    from broker_core.server.authorization import scram_credentials_allowed
+
+    def request(principal: str) -> Request:
+        return Request(50, 0, 1, "c", None, 0, principal=principal, client_host=HOST)
+
+    auth = authorizer(acl("kafka-cluster", Op.DESCRIBE, resource_type=CLUSTER),
+                      acl("kafka-cluster", Op.ALTER, resource_type=CLUSTER, principal=BOB))
+    assert scram_credentials_allowed(auth, request(ALICE), alter=False)
+    assert not scram_credentials_allowed(auth, request(ALICE), alter=True)
+    assert scram_credentials_allowed(auth, request(BOB), alter=True)
+    assert scram_credentials_allowed(auth, request(BOB), alter=False)
+    assert not scram_credentials_allowed(auth, request("User:carol"), alter=False)
+    assert scram_credentials_allowed(Authorizer.disabled(), request("User:carol"), alter=True)
