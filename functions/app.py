@@ -25,7 +25,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from broker_core.client import ClientError, KafkaError
 from functions import fetch, groups, produce, runtime, topics
-from functions.caller import principal_of
+from functions.caller import principal_of, source_ip
 from functions.errors import ApiError, FieldError, api_error_for, hidden
 from functions.models import TOO_MANY_RECORDS, UNION_TAGS
 from functions.quotas import QuotaUnavailableError
@@ -94,14 +94,6 @@ def _cluster_unreachable(error: ClientError) -> Response:
     return _json_response(refused.status, refused.body())
 
 
-@app.exception_handler(Exception)
-def _unexpected(error: Exception) -> Response:
-    """A failure no other handler names: logged with its stack trace, answered without it."""
-    logger.exception("unhandled error", extra={"error_type": type(error).__name__})
-    return _json_response(HTTPStatus.INTERNAL_SERVER_ERROR, ApiError(
-        HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; the request id is in the logs").body())
-
-
 @app.get("/v1/openapi.json", include_in_schema=False)
 def openapi_document() -> Response[str]:
     return Response(status_code=HTTPStatus.OK, content_type=content_types.APPLICATION_JSON,
@@ -155,5 +147,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     refused = _refuse_body(event)
     if refused is not None:
         return _answer(refused)
-    with runtime.borrowed_container(principal_of(event)):
-        return app.resolve(event, context)
+    with runtime.borrowed_container(principal_of(event), source_ip(event)):
+        try:
+            return app.resolve(event, context)
+        except Exception as error:  # what no exception handler names: logged with its trace, answered without
+            logger.exception("unhandled error", extra={"error_type": type(error).__name__})
+            return _answer(ApiError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; the request id is in the logs"))

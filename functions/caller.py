@@ -38,3 +38,11 @@ def principal_of(event: dict[str, Any]) -> str:
     if not isinstance(arn, str) or not arn.startswith("arn:"):
         return ANONYMOUS
     return str(KafkaPrincipal.user(role_arn(arn)))
+
+
+def source_ip(event: dict[str, Any]) -> str:
+    """The caller's address as API Gateway saw it (``requestContext.http.sourceIp``), "" if absent."""
+    context = event.get("requestContext")
+    http = context.get("http") if isinstance(context, dict) else None
+    address = http.get("sourceIp") if isinstance(http, dict) else None
+    return address if isinstance(address, str) else ""

@@ -29,6 +29,7 @@ from broker_core.metadata.state import TopicDescription
 from broker_core.records import Record, decode_batch, parse_header
 from broker_core.records.errors import RecordsError, TruncatedBatchError
 from broker_core.records.header import HEADER_SIZE
+from broker_core.security.acls import AclOperation, ResourceType
 from functions import runtime
 from functions.errors import ApiError, api_error_for, hidden, responses
 from functions.models import (
@@ -296,7 +297,7 @@ def _as_fetched(records: list[Record], wanted: Format, next_offset: int) -> tupl
     "/v1/topics/<topic>/partitions/<partition>/records",
     summary="Read records of a partition from an offset or a timestamp",
     tags=["records"],
-    responses=responses(FetchResponse, 404, 416, 422, 429, 502, 503),
+    responses=responses(FetchResponse, 403, 404, 416, 422, 429, 502, 503),
 )
 def fetch_records(
     topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)],
@@ -309,6 +310,7 @@ def fetch_records(
 ) -> FetchResponse:
     if offset is not None and timestamp is not None:
         raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, "give offset or timestamp, not both")
+    runtime.require(AclOperation.READ, ResourceType.TOPIC, topic)
     container, principal = runtime.current(), runtime.current_principal()
     allowance = container.quotas.fetch_allowance(principal)
     if allowance.tokens is not None:  # no more than the caller's quota bucket holds (at least one batch)

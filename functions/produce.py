@@ -44,6 +44,7 @@ from broker_core.client import FloeClient, KafkaError
 from broker_core.clock import wall_clock_ms
 from broker_core.partitioner import partition_for_key
 from broker_core.records import SimpleRecord, build_batch
+from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.settings import TOPIC_SETTINGS
 from functions import runtime
 from functions.errors import ApiError, FieldError, api_error_for, responses
@@ -209,13 +210,14 @@ def _append_with_key(container: runtime.Container, prepared: PreparedProduce, id
     summary="Append records to a topic",
     description="One record, or {\"records\": [...]}, in Confluent REST v3 shape; acks=all.",
     tags=["records"],
-    responses=responses(ProduceResponse, 400, 404, 409, 413, 415, 422, 429, 502, 503),
+    responses=responses(ProduceResponse, 403, 400, 404, 409, 413, 415, 422, 429, 502, 503),
 )
 def produce_records(
     topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)],
     body: Annotated[ProduceBody, Body()],
     idempotency_key: Annotated[str | None, Header(alias="idempotency-key", min_length=1, max_length=255)] = None,
 ) -> ProduceResponse:
+    runtime.require(AclOperation.WRITE, ResourceType.TOPIC, topic)
     container = runtime.current()
     records = body.records if isinstance(body, ProduceRecords) else [body]
     prepared = prepare(container, topic, records, wall_clock_ms())

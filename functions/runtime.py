@@ -27,7 +27,9 @@ from botocore.config import Config
 from broker_core.aws import AwsSettings
 from broker_core.client import FloeClient, NoBrokersError
 from broker_core.metadata.store import MetadataStore
+from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.security.principal import ANONYMOUS
+from functions.authorization import HttpAuthorizer, authorizer_from_env
 from functions.quotas import HttpQuotas
 from tiered_storage.manifest import ManifestStore
 
@@ -75,6 +77,7 @@ class Container:
     _metadata: MetadataStore | None = None
     _manifest: ManifestStore | None = None
     _quotas: HttpQuotas | None = None
+    _authorizer: HttpAuthorizer | None = None
     _s3: Any = None
     _cache: dict[tuple[str, ...], _Cached] = field(default_factory=dict)
 
@@ -124,6 +127,12 @@ class Container:
         return self._quotas
 
     @property
+    def authorizer(self) -> HttpAuthorizer:
+        if self._authorizer is None:
+            self._authorizer = HttpAuthorizer(self.settings.aws, authorizer_from_env())
+        return self._authorizer
+
+    @property
     def s3(self) -> Any:
         if self._s3 is None:
             self._s3 = boto3.session.Session().client("s3", config=_S3_CONFIG, **self.settings.aws.boto3_kwargs())
@@ -158,15 +167,16 @@ def settings() -> FrontEndSettings:
 
 
 @contextmanager
-def borrowed_container(principal: str = ANONYMOUS) -> Iterator[Container]:
+def borrowed_container(principal: str = ANONYMOUS, host: str = "") -> Iterator[Container]:
     """A container for the length of one invocation (an idle one if there is one), made on behalf
-    of ``principal`` (the caller, `functions.caller`)."""
+    of ``principal`` (the caller, `functions.caller`) from ``host`` (its source address)."""
     try:
         container = _idle.get_nowait()
     except queue.Empty:
         container = Container(settings())
     _current.container = container
     _current.principal = principal
+    _current.host = host
     try:
         yield container
     finally:
@@ -189,3 +199,14 @@ def current_principal() -> str:
     if principal is None:
         raise RuntimeError("no invocation is running on this thread")
     return principal
+
+
+def allows(operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    """Whether the ACLs let the current invocation's caller perform ``operation`` on the resource."""
+    return current().authorizer.allows(current_principal(), getattr(_current, "host", ""), operation,
+                                       resource_type, name)
+
+
+def require(operation: AclOperation, resource_type: ResourceType, name: str) -> None:
+    """ApiError 403 unless the ACLs let the current invocation's caller perform ``operation`` on the resource."""
+    current().authorizer.require(current_principal(), getattr(_current, "host", ""), operation, resource_type, name)
