@@ -138,6 +138,15 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("controller.quota.window.num", _INT, 11,
             "Samples of the controller mutation rate; the token bucket holds the quota times the span."),
     _broker("controller.quota.window.size.seconds", _INT, 1, "Length of one sample of the controller mutation rate."),
+    # Authorization (docs/security.md, "Authorization"): Kafka's names and defaults.
+    _broker("authorizer.class.name", _STRING, "",
+            "Empty: no authorization (every request is allowed). "
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or kafka.security.authorizer.AclAuthorizer, "
+            "with the same rules): every request is checked against the ACLs."),
+    _broker("super.users", _STRING, "",
+            "Principals allowed everything, whatever the ACLs say, separated by ';' (User:admin;User:CN=broker-1)."),
+    _broker("allow.everyone.if.no.acl.found", _BOOLEAN, "false",
+            "With an authorizer, whether a resource no ACL names is open to everyone (false: it is closed)."),
     _broker("remote.log.manager.task.interval.ms", _INT, 30000, "How often tiering visits the partitions a broker leads.",
             public=False),
     _broker("remote.log.manager.copier.thread.pool.size", _INT, 4, "Partitions tiered at once.", public=False),

@@ -25,8 +25,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from broker_core.client import ClientError, KafkaError
 from functions import fetch, groups, produce, runtime, topics
-from functions.errors import ApiError, FieldError, api_error_for
+from functions.caller import principal_of, source_ip
+from functions.errors import ApiError, FieldError, api_error_for, hidden
 from functions.models import TOO_MANY_RECORDS, UNION_TAGS
+from functions.quotas import QuotaUnavailableError
 from functions.telemetry import logger, metrics, tracer
 
 API_TITLE = "Floe HTTP API"
@@ -46,13 +48,19 @@ for module in (produce, fetch, topics, groups):
     app.include_router(module.router)
 
 
-def _json_response(status: int, body: dict[str, Any]) -> Response:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+def _json_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=headers)
 
 
 @app.exception_handler(ApiError)
 def _api_error(error: ApiError) -> Response:
-    return _json_response(error.status, error.body())
+    return _json_response(error.status, error.body(), error.headers)
+
+
+@app.exception_handler(QuotaUnavailableError)
+def _quota_unavailable(error: QuotaUnavailableError) -> Response:
+    refused = hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the quota store is unavailable; retry later", error)
+    return _json_response(refused.status, refused.body())
 
 
 @app.exception_handler(RequestValidationError)
@@ -82,9 +90,8 @@ def _kafka_error(error: KafkaError) -> Response:
 
 @app.exception_handler(ClientError)
 def _cluster_unreachable(error: ClientError) -> Response:
-    logger.warning("broker request failed", extra={"error": str(error)})
-    return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, ApiError(
-        HTTPStatus.SERVICE_UNAVAILABLE, f"the brokers could not be reached: {error}").body())
+    refused = hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the brokers could not be reached; retry later", error)
+    return _json_response(refused.status, refused.body())
 
 
 @app.get("/v1/openapi.json", include_in_schema=False)
@@ -140,5 +147,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     refused = _refuse_body(event)
     if refused is not None:
         return _answer(refused)
-    with runtime.borrowed_container():
-        return app.resolve(event, context)
+    with runtime.borrowed_container(principal_of(event), source_ip(event)):
+        try:
+            return app.resolve(event, context)
+        except Exception as error:  # what no exception handler names: logged with its trace, answered without
+            logger.exception("unhandled error", extra={"error_type": type(error).__name__})
+            return _answer(ApiError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; the request id is in the logs"))

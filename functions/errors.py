@@ -6,7 +6,9 @@ errors (``{"field": "body.records.0.key.type", "type": ..., "message": ...}``) a
 otherwise. Broker errors map to statuses by what they mean for the caller: a request the broker
 refused for what it asked (unknown topic, bad config, record too large) is a 4xx, a cluster that
 cannot serve right now (no leader, not enough replicas, a timeout) is 503, and anything else is 502
-(the broker failed, not the front end).
+(the broker failed, not the front end). No answer carries what only the operator should see: a
+cluster-side failure is answered in the caller's terms and its cause (a boto message, a table name,
+an S3 key, a broker address, a stack trace) goes to the log (`hidden`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from pydantic import BaseModel, Field
 
 from broker_core.client import KafkaError
+from functions.telemetry import logger
 
 
 class FieldError(BaseModel):
@@ -33,14 +36,16 @@ class ErrorBody(BaseModel):
 
 
 class ApiError(Exception):
-    """An HTTP error answer: status, message, optional field errors and extra fields for the body."""
+    """An HTTP error answer: status, message, optional field errors, response headers (Retry-After)
+    and extra fields for the body."""
 
     def __init__(self, status: int, message: str, *, errors: list[FieldError] | None = None,
-                 **details: Any) -> None:
+                 headers: dict[str, str] | None = None, **details: Any) -> None:
         super().__init__(message)
         self.status = int(status)
         self.message = message
         self.errors = errors or []
+        self.headers = headers or {}
         self.details = details
 
     def body(self) -> dict[str, Any]:
@@ -69,6 +74,15 @@ _BAD_REQUEST = {
 _RANGE = {ErrorCode.offset_out_of_range}
 
 
+def hidden(status: int, message: str, error: BaseException, **where: Any) -> ApiError:
+    """An error answer that says what failed in the caller's terms, and logs (never answers) the
+    internal cause: a boto or pynamodb message, a table name, an S3 key or a broker address is for
+    the operator's log, not for the caller."""
+    logger.warning(message, extra={"status": int(status), "error_type": type(error).__name__, "error": str(error),
+                                   **where})
+    return ApiError(status, message)
+
+
 def status_for(code: ErrorCode) -> int:
     """The HTTP status a broker error code becomes."""
     if code in _NOT_FOUND:
@@ -87,13 +101,17 @@ def status_for(code: ErrorCode) -> int:
 
 
 def api_error_for(error: KafkaError) -> ApiError:
-    """An ApiError that says what the broker answered, where (topic, partition) and why."""
+    """An ApiError that says what the broker answered and where (topic, partition). The broker's own
+    message is passed on when the request was at fault (4xx: an invalid config, a record too large),
+    and logged only when the cluster was (5xx), where it may name the broker's internals."""
     where = ""
     if error.topic:
         where = f" for topic {error.topic!r}" + (f" partition {error.partition}" if error.partition is not None else "")
-    reason = f": {error.message}" if error.message else ""
-    return ApiError(status_for(error.code), f"the broker answered {error.code.name}{where}{reason}",
-                    kafka_error=error.code.name)
+    status = status_for(error.code)
+    reason = f": {error.message}" if error.message and status < 500 else ""
+    if error.message and status >= 500:
+        logger.warning("broker error", extra={"kafka_error": error.code.name, "error": error.message})
+    return ApiError(status, f"the broker answered {error.code.name}{where}{reason}", kafka_error=error.code.name)
 
 
 def responses(success: type[BaseModel] | None, *errors: int, status: int = HTTPStatus.OK) -> dict[int, dict[str, Any]]:

@@ -29,8 +29,9 @@ from broker_core.metadata.state import TopicDescription
 from broker_core.records import Record, decode_batch, parse_header
 from broker_core.records.errors import RecordsError, TruncatedBatchError
 from broker_core.records.header import HEADER_SIZE
+from broker_core.security.acls import AclOperation, ResourceType
 from functions import runtime
-from functions.errors import ApiError, api_error_for, responses
+from functions.errors import ApiError, api_error_for, hidden, responses
 from functions.models import (
     INT32_MAX,
     INT64_MAX,
@@ -88,7 +89,7 @@ def _describe(container: runtime.Container, topic: str) -> TopicDescription:
         except UnknownTopicError as error:
             raise ApiError(HTTPStatus.NOT_FOUND, f"topic {topic!r} does not exist") from error
         except MetadataUnavailableError as error:
-            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"cluster metadata is unavailable: {error}") from error
+            raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "cluster metadata is unavailable; retry later", error) from error
         container.remember(("topic", topic), description)
     return description
 
@@ -101,7 +102,8 @@ def _remote_segments(container: runtime.Container, description: TopicDescription
         try:
             segments = container.manifest.list_segments(description.topic_id, partition)
         except ManifestError as error:
-            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"the segment manifest is unavailable: {error}") from error
+            raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the tiered-storage manifest is unavailable; retry later",
+                         error) from error
         container.remember(key, segments, _SEGMENTS_TTL_S)
     return segments
 
@@ -126,7 +128,8 @@ def _indexes(container: runtime.Container, segment: RemoteSegment) -> SegmentInd
         try:
             indexes = decode_indexes(body)
         except CorruptIndexesObjectError as error:
-            raise ApiError(HTTPStatus.BAD_GATEWAY, f"indexes object {segment.indexes_key} is corrupt: {error}") from error
+            raise hidden(HTTPStatus.BAD_GATEWAY, "the stored indexes of this partition are corrupt", error,
+                         key=segment.indexes_key) from error
         container.remember(key, indexes, _INDEXES_TTL_S)
     return indexes
 
@@ -158,13 +161,14 @@ def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: in
             wanted = max(error.needed, HEADER_SIZE)
             more = min(segment.size_bytes, start + position + wanted) - (start + len(buffer))
             if more <= 0:
-                raise ApiError(HTTPStatus.BAD_GATEWAY, f"segment {segment.log_key} ends inside a batch at byte "
-                               f"{start + position}") from error
+                raise hidden(HTTPStatus.BAD_GATEWAY, f"the stored data of this partition ends inside a batch "
+                             f"(offset {offset})", error, key=segment.log_key, byte=start + position) from error
             buffer += _get_range(container, segment.log_key, start + len(buffer), start + len(buffer) + more)
             continue
         except RecordsError as error:
-            raise ApiError(HTTPStatus.BAD_GATEWAY, f"segment {segment.log_key} is corrupt at byte "
-                           f"{start + position}: {error}") from error
+            # The codec's message is about the data (a batch's offset, a limit), never about where it is kept.
+            raise hidden(HTTPStatus.BAD_GATEWAY, f"the stored data of this partition cannot be read: {error}",
+                         error, key=segment.log_key, byte=start + position) from error
         if header.next_offset <= offset:
             position += header.size
             continue
@@ -173,8 +177,9 @@ def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: in
         try:
             batch = decode_batch(buffer, position)
         except RecordsError as error:
-            raise ApiError(HTTPStatus.BAD_GATEWAY, f"segment {segment.log_key} is corrupt at byte "
-                           f"{start + position}: {error}") from error
+            # The codec's message is about the data (a batch's offset, a limit), never about where it is kept.
+            raise hidden(HTTPStatus.BAD_GATEWAY, f"the stored data of this partition cannot be read: {error}",
+                         error, key=segment.log_key, byte=start + position) from error
         if not header.is_control:
             records.extend(record for record in batch.records if record.offset >= offset)
         next_offset = header.next_offset
@@ -240,9 +245,11 @@ def _from_s3(container: runtime.Container, description: TopicDescription, partit
             missing = error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404")
             if missing and not fresh:
                 continue  # retention deleted the segment since the manifest was read: look again
-            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"S3 read of {segment.log_key} failed: {error}") from error
+            raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "tiered storage could not be read; retry later", error,
+                         key=segment.log_key) from error
         except BotoCoreError as error:
-            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"S3 read of {segment.log_key} failed: {error}") from error
+            raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "tiered storage could not be read; retry later", error,
+                         key=segment.log_key) from error
     return None
 
 
@@ -258,11 +265,11 @@ def _from_broker(container: runtime.Container, topic: str, partition: int, offse
             raise _out_of_range(container, topic, partition, offset) from error
         raise api_error_for(error) from error
     except ClientError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"the brokers could not be reached: {error}") from error
+        raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the brokers could not be reached; retry later", error) from error
     except RecordsError as error:
         # A batch that does not decode (a decompression bomb stops at its limit): the log is at fault.
-        raise ApiError(HTTPStatus.BAD_GATEWAY, f"partition {partition} of topic {topic!r} holds a batch that "
-                       f"cannot be read: {error}") from error
+        raise hidden(HTTPStatus.BAD_GATEWAY, f"partition {partition} of topic {topic!r} holds a batch that "
+                     "cannot be read", error) from error
     return result.records, result.next_offset, result.high_watermark
 
 
@@ -290,7 +297,7 @@ def _as_fetched(records: list[Record], wanted: Format, next_offset: int) -> tupl
     "/v1/topics/<topic>/partitions/<partition>/records",
     summary="Read records of a partition from an offset or a timestamp",
     tags=["records"],
-    responses=responses(FetchResponse, 404, 416, 422, 502, 503),
+    responses=responses(FetchResponse, 403, 404, 416, 422, 429, 502, 503),
 )
 def fetch_records(
     topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)],
@@ -303,7 +310,19 @@ def fetch_records(
 ) -> FetchResponse:
     if offset is not None and timestamp is not None:
         raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, "give offset or timestamp, not both")
-    container = runtime.current()
+    runtime.require(AclOperation.READ, ResourceType.TOPIC, topic)
+    container, principal = runtime.current(), runtime.current_principal()
+    allowance = container.quotas.fetch_allowance(principal)
+    if allowance.tokens is not None:  # no more than the caller's quota bucket holds (at least one batch)
+        max_bytes = max(1, min(max_bytes, int(allowance.tokens)))
+    answer = _read(container, topic, partition, offset, timestamp, max_bytes, format, max_wait_ms)
+    if allowance.tokens is not None:
+        container.quotas.fetched(principal, len(answer.model_dump_json()))
+    return answer
+
+
+def _read(container: runtime.Container, topic: str, partition: int, offset: int | None, timestamp: int | None,
+          max_bytes: int, format: Format, max_wait_ms: int) -> FetchResponse:
     description = _describe(container, topic)
     if partition >= description.num_partitions:
         raise ApiError(HTTPStatus.NOT_FOUND, f"topic {topic!r} has no partition {partition} "

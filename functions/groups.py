@@ -31,8 +31,9 @@ from broker_core.clock import wall_clock_ms
 from broker_core.groups.errors import GroupStoreUnavailableError
 from broker_core.groups.store import HttpCommittedOffset, HttpGroupStore
 from broker_core.metadata.errors import MetadataUnavailableError, UnknownTopicError
+from broker_core.security.acls import AclOperation, ResourceType
 from functions import group_state, group_store, runtime
-from functions.errors import ApiError, responses
+from functions.errors import ApiError, hidden, responses
 from functions.group_state import (
     FencedMemberEpochError,
     Group,
@@ -80,7 +81,8 @@ def _partition_counts(topics: Iterable[str]) -> dict[str, int]:
             except UnknownTopicError:
                 count = 0
             except MetadataUnavailableError as error:
-                raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"cluster metadata is unavailable: {error}") from error
+                raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "cluster metadata is unavailable; retry later",
+                             error) from error
             container.remember(("partitions", topic), count)
         counts[topic] = count
     return counts
@@ -108,16 +110,17 @@ def _update(group_id: str, change: Callable[[Group], _T], *, create: bool = True
     except FencedMemberEpochError as error:
         raise ApiError(HTTPStatus.CONFLICT, str(error), member_epoch=error.member_epoch) from error
     except GroupStoreUnavailableError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
+        raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the group store is unavailable; retry later", error) from error
 
 
 @router.post(
     "/v1/groups/<group_id>/members",
     summary="Join a group; the answer holds the member id, its epoch and its first assignment",
     tags=["groups"],
-    responses=responses(MemberAssignment, 400, 415, 422, 503),
+    responses=responses(MemberAssignment, 403, 400, 415, 422, 503),
 )
 def join_group(group_id: GroupId, body: Annotated[JoinRequest, Body()]) -> MemberAssignment:
+    runtime.require(AclOperation.READ, ResourceType.GROUP, group_id)
     member_id = uuid.uuid4().hex
 
     def change(group: Group) -> MemberAssignment:
@@ -132,9 +135,10 @@ def join_group(group_id: GroupId, body: Annotated[JoinRequest, Body()]) -> Membe
     "/v1/groups/<group_id>/members/<member_id>/heartbeat",
     summary="Heartbeat: stay in the group, acknowledge revocations, get the current assignment",
     tags=["groups"],
-    responses=responses(MemberAssignment, 400, 404, 409, 415, 422, 503),
+    responses=responses(MemberAssignment, 403, 400, 404, 409, 415, 422, 503),
 )
 def heartbeat(group_id: GroupId, member_id: MemberId, body: Annotated[HeartbeatRequest, Body()]) -> MemberAssignment:
+    runtime.require(AclOperation.READ, ResourceType.GROUP, group_id)
     owned = None
     if body.owned is not None:
         owned = frozenset((tp.topic, p) for tp in body.owned for p in tp.partitions)
@@ -151,9 +155,10 @@ def heartbeat(group_id: GroupId, member_id: MemberId, body: Annotated[HeartbeatR
     "/v1/groups/<group_id>/members/<member_id>",
     summary="Leave a group; the member's partitions go to the others at once",
     tags=["groups"],
-    responses=responses(None, 404, 422, 503, status=HTTPStatus.NO_CONTENT),
+    responses=responses(None, 403, 404, 422, 503, status=HTTPStatus.NO_CONTENT),
 )
 def leave_group(group_id: GroupId, member_id: MemberId) -> Response[None]:
+    runtime.require(AclOperation.READ, ResourceType.GROUP, group_id)
     _update(group_id, lambda group: group_state.leave(group, member_id, wall_clock_ms()), create=False)
     return Response(status_code=HTTPStatus.NO_CONTENT)
 
@@ -162,13 +167,14 @@ def leave_group(group_id: GroupId, member_id: MemberId) -> Response[None]:
     "/v1/groups/<group_id>",
     summary="Describe a group: epochs, members and their assignments",
     tags=["groups"],
-    responses=responses(GroupDescription, 404, 422, 503),
+    responses=responses(GroupDescription, 403, 404, 422, 503),
 )
 def describe_group(group_id: GroupId) -> GroupDescription:
+    runtime.require(AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
     try:
         group = group_store.load(_store(), group_id)
     except GroupStoreUnavailableError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
+        raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the group store is unavailable; retry later", error) from error
     if group is None:
         raise ApiError(HTTPStatus.NOT_FOUND, f"group {group_id!r} does not exist")
     group_state.expire(group, wall_clock_ms())
@@ -186,9 +192,12 @@ def describe_group(group_id: GroupId) -> GroupDescription:
     "/v1/groups/<group_id>/offsets",
     summary="Commit offsets (the next offset to read, as in Kafka), fenced by the member's epoch",
     tags=["groups"],
-    responses=responses(CommittedOffsets, 400, 404, 409, 415, 422, 503),
+    responses=responses(CommittedOffsets, 403, 400, 404, 409, 415, 422, 503),
 )
 def commit_offsets(group_id: GroupId, body: Annotated[CommitRequest, Body()]) -> CommittedOffsets:
+    runtime.require(AclOperation.READ, ResourceType.GROUP, group_id)
+    for topic in sorted({o.topic for o in body.offsets}):
+        runtime.require(AclOperation.READ, ResourceType.TOPIC, topic)
     store = _store()
     try:
         group = group_store.load(store, group_id) or Group(group_id)
@@ -201,7 +210,7 @@ def commit_offsets(group_id: GroupId, body: Annotated[CommitRequest, Body()]) ->
     except GroupStateError as error:  # a stale epoch, members present, or fenced while writing
         raise ApiError(HTTPStatus.CONFLICT, str(error)) from error
     except GroupStoreUnavailableError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
+        raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the group store is unavailable; retry later", error) from error
     return CommittedOffsets(group_id=group_id, offsets=[
         CommittedOffsetModel(topic=o.topic, partition_id=o.partition, offset=o.offset, metadata=o.metadata)
         for o in offsets])
@@ -211,16 +220,17 @@ def commit_offsets(group_id: GroupId, body: Annotated[CommitRequest, Body()]) ->
     "/v1/groups/<group_id>/offsets",
     summary="The group's committed offsets (of one topic, or all)",
     tags=["groups"],
-    responses=responses(CommittedOffsets, 422, 503),
+    responses=responses(CommittedOffsets, 403, 422, 503),
 )
 def committed_offsets(
     group_id: GroupId,
     topic: Annotated[str | None, Query(pattern=TOPIC_NAME_PATTERN)] = None,
 ) -> CommittedOffsets:
+    runtime.require(AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
     try:
         found = _store().committed(group_id, topic)
     except GroupStoreUnavailableError as error:
-        raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(error)) from error
+        raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the group store is unavailable; retry later", error) from error
     return CommittedOffsets(group_id=group_id, offsets=[
         CommittedOffsetModel(topic=o.topic, partition_id=o.partition, offset=o.offset, metadata=o.metadata)
-        for o in found])
+        for o in found if runtime.allows(AclOperation.DESCRIBE, ResourceType.TOPIC, o.topic)])

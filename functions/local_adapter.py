@@ -6,7 +6,11 @@ queryStringParameters, requestContext.http, a body that is base64 when it is not
 handed to `functions.app.lambda_handler` with a Lambda-like context; the handler's answer becomes
 the HTTP response. Where API Gateway checks IAM signatures, the adapter checks a bearer token
 (``Authorization: Bearer <token>``), the one `floe local up` writes into stack.json; like API
-Gateway it refuses bodies over 10 MB itself (the handler refuses those over Lambda's 6 MB).
+Gateway it refuses bodies over 10 MB itself (the handler refuses those over Lambda's 6 MB). As API
+Gateway puts the signer's ARN in ``requestContext.authorizer.iam``, the adapter puts the ARN its
+caller's token stands for: the stack's token is ``LOCAL_CALLER_ARN``, and FLOE_HTTP_CALLERS may
+name more callers, a JSON object of token to ARN (so several identities can be tried locally, each
+with a secret of its own; a caller can never pick its ARN by what it sends).
 
 Like Lambda, which gives each concurrent invocation a container of its own, the adapter runs
 ``--workers`` processes (default 4) that share the listening socket, each serving one request at a
@@ -40,6 +44,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 ENV_TOKEN = "FLOE_HTTP_TOKEN"
+ENV_CALLERS = "FLOE_HTTP_CALLERS"
+LOCAL_CALLER_ARN = "arn:aws:iam::000000000000:user/floe-local"
 API_GATEWAY_MAX_BODY_BYTES = 10 * 1024 * 1024
 LAMBDA_TIMEOUT_S = 30.0
 _DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
@@ -76,8 +82,8 @@ class LocalLambdaContext:
 
 def api_gateway_event(method: str, target: str, headers: list[tuple[str, str]], body: bytes, *,
                       source_ip: str = "127.0.0.1", request_id: str | None = None,
-                      now: datetime.datetime | None = None) -> dict[str, Any]:
-    """The API Gateway HTTP API (payload 2.0) event for one request."""
+                      now: datetime.datetime | None = None, caller_arn: str | None = None) -> dict[str, Any]:
+    """The API Gateway HTTP API (payload 2.0) event for one request, signed by ``caller_arn`` if given."""
     raw_path, _, raw_query = target.partition("?")
     joined: dict[str, str] = {}
     cookies: list[str] = []
@@ -113,6 +119,11 @@ def api_gateway_event(method: str, target: str, headers: list[tuple[str, str]], 
         },
         "isBase64Encoded": False,
     }
+    if caller_arn is not None:
+        account = caller_arn.split(":")[4] if caller_arn.count(":") >= 5 else _ACCOUNT_ID
+        event["requestContext"]["authorizer"] = {"iam": {
+            "accessKey": "", "accountId": account, "callerId": "", "principalOrgId": None,
+            "userArn": caller_arn, "userId": "", "cognitoIdentity": None}}
     if cookies:
         event["cookies"] = cookies
     if query:
@@ -130,10 +141,13 @@ class LocalApiServer(HTTPServer):
     """One "container": serves one request at a time on a listening socket, invoking ``handler``
     after checking the bearer token. Several of them (processes) may share one socket."""
 
-    def __init__(self, listening: socket.socket, token: str, handler: Handler, region: str = "us-east-1") -> None:
+    def __init__(self, listening: socket.socket, token: str, handler: Handler, region: str = "us-east-1",
+                 callers: dict[str, str] | None = None) -> None:
         if not token:
             raise ValueError("the local adapter needs a non-empty bearer token")
         self.token = token
+        # token -> caller ARN; the stack's own token is the local user.
+        self.callers = {**(callers or {}), token: LOCAL_CALLER_ARN}
         self.handler = handler
         self.region = region
         super().__init__(listening.getsockname()[:2], _RequestHandler, bind_and_activate=False)
@@ -170,9 +184,17 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _authorized(self) -> bool:
+    def _caller(self) -> str | None:
+        """The ARN the request's bearer token stands for, None without a known token."""
         scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.server.token.encode())
+        if scheme.lower() != "bearer":
+            return None
+        presented = token.strip().encode()
+        found = None
+        for known, arn in self.server.callers.items():  # every token compared, in constant time each
+            if hmac.compare_digest(presented, known.encode()):
+                found = arn
+        return found
 
     def _serve(self) -> None:
         json_type = {"Content-Type": "application/json"}
@@ -197,12 +219,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
                                                         f"{API_GATEWAY_MAX_BODY_BYTES}"))
             return
         body = self.rfile.read(length) if length else b""
-        if not self._authorized():
+        caller = self._caller()
+        if caller is None:
             self._send(401, {**json_type, "WWW-Authenticate": "Bearer"},
                        _json_bytes(401, "missing or wrong bearer token (see the http.token of stack.json)"))
             return
         event = api_gateway_event(self.command, self.path, list(self.headers.items()), body,
-                                  source_ip=self.client_address[0])
+                                  source_ip=self.client_address[0], caller_arn=caller)
         context = LocalLambdaContext(aws_request_id=event["requestContext"]["requestId"], region=self.server.region)
         try:
             answer = self.server.handler(event, context)
@@ -235,11 +258,12 @@ def _quiet_powertools() -> None:
     os.environ.setdefault("AWS_LAMBDA_FUNCTION_NAME", _FUNCTION_NAME)
 
 
-def _serve_in_child(listening: socket.socket, token: str, handler: Handler, region: str) -> None:
+def _serve_in_child(listening: socket.socket, token: str, handler: Handler, region: str,
+                    callers: dict[str, str]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        LocalApiServer(listening, token, handler, region).serve_forever()
+        LocalApiServer(listening, token, handler, region, callers).serve_forever()
     finally:
         os._exit(1)
 
@@ -259,6 +283,13 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{ENV_TOKEN} must hold the bearer token clients will send")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    try:
+        callers = json.loads(os.environ.get(ENV_CALLERS) or "{}")
+    except json.JSONDecodeError:
+        parser.error(f"{ENV_CALLERS} must be a JSON object of bearer token to caller ARN")
+    if not isinstance(callers, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) and v.startswith("arn:") for k, v in callers.items()):
+        parser.error(f"{ENV_CALLERS} must be a JSON object of non-empty bearer token to caller ARN")
     _quiet_powertools()
     from functions import runtime, tables
     from functions.app import lambda_handler
@@ -280,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     def spawn() -> None:
         pid = os.fork()
         if pid == 0:
-            _serve_in_child(listening, token, lambda_handler, settings.aws.region)
+            _serve_in_child(listening, token, lambda_handler, settings.aws.region, callers)
         workers.add(pid)
 
     for _ in range(args.workers):

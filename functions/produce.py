@@ -7,11 +7,13 @@ partition, through `FloeClient.produce_many` (one Produce request per leader, ac
 lists, in request order, each record's partition, offset (its batch's base offset plus its place in
 the batch) and timestamp.
 
-With an ``Idempotency-Key`` header the append runs under Powertools idempotency on DynamoDB: the
-first request with a key stores its answer, a retry with the same key and the same body gets that
+With an ``Idempotency-Key`` header the append runs under Powertools idempotency on DynamoDB, keyed
+by the caller's principal, the topic and the key (two callers using one key never see each other's
+answers, nor learn that the other used it): the first request with a key stores its answer, a retry with the same key and the same body gets that
 answer without appending again, the same key with a different body is refused (422), and a retry
 while the first is still running gets 409. Records without a key or partition all go to one
-partition picked at random per request, as Kafka's sticky partitioner does per batch.
+partition picked at random per request, as Kafka's sticky partitioner does per batch. A caller over
+its ``producer_byte_rate`` quota (functions.quotas) gets 429 before anything is sent.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from broker_core.client import FloeClient, KafkaError
 from broker_core.clock import wall_clock_ms
 from broker_core.partitioner import partition_for_key
 from broker_core.records import SimpleRecord, build_batch
+from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.settings import TOPIC_SETTINGS
 from functions import runtime
 from functions.errors import ApiError, FieldError, api_error_for, responses
@@ -162,7 +165,8 @@ def append(container: runtime.Container, prepared: PreparedProduce) -> dict[str,
 
 
 def _append_once(request: dict[str, Any], container: runtime.Container, prepared: PreparedProduce) -> dict[str, Any]:
-    """`append` under an idempotency record keyed by ``request`` (topic and key; the body hash is checked)."""
+    """`append` under an idempotency record keyed by ``request`` (principal, topic and key; the body hash
+    is checked)."""
     return append(container, prepared)
 
 
@@ -174,7 +178,7 @@ def _idempotent_append() -> Any:
         boto3_client=boto3.session.Session().client("dynamodb", **settings.aws.boto3_kwargs()),
     )
     config = IdempotencyConfig(
-        event_key_jmespath="[topic, idempotency_key]",
+        event_key_jmespath="[principal, topic, idempotency_key]",
         payload_validation_jmespath="body_sha256",
         expires_after_seconds=IDEMPOTENCY_EXPIRY_S,
     )
@@ -183,8 +187,9 @@ def _idempotent_append() -> Any:
 
 
 def _append_with_key(container: runtime.Container, prepared: PreparedProduce, idempotency_key: str,
-                     raw_body: str) -> dict[str, Any]:
+                     raw_body: str, principal: str) -> dict[str, Any]:
     request = {
+        "principal": principal,
         "topic": prepared.topic,
         "idempotency_key": idempotency_key,
         "body_sha256": hashlib.sha256(raw_body.encode("utf-8")).hexdigest(),
@@ -205,18 +210,22 @@ def _append_with_key(container: runtime.Container, prepared: PreparedProduce, id
     summary="Append records to a topic",
     description="One record, or {\"records\": [...]}, in Confluent REST v3 shape; acks=all.",
     tags=["records"],
-    responses=responses(ProduceResponse, 400, 404, 409, 413, 415, 422, 502, 503),
+    responses=responses(ProduceResponse, 403, 400, 404, 409, 413, 415, 422, 429, 502, 503),
 )
 def produce_records(
     topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)],
     body: Annotated[ProduceBody, Body()],
     idempotency_key: Annotated[str | None, Header(alias="idempotency-key", min_length=1, max_length=255)] = None,
 ) -> ProduceResponse:
+    runtime.require(AclOperation.WRITE, ResourceType.TOPIC, topic)
     container = runtime.current()
     records = body.records if isinstance(body, ProduceRecords) else [body]
     prepared = prepare(container, topic, records, wall_clock_ms())
+    principal = runtime.current_principal()
+    raw_body = router.current_event.body or ""
+    container.quotas.produce(principal, len(raw_body.encode("utf-8")))
     if idempotency_key is None:
         answer = append(container, prepared)
     else:
-        answer = _append_with_key(container, prepared, idempotency_key, router.current_event.body or "")
+        answer = _append_with_key(container, prepared, idempotency_key, raw_body, principal)
     return ProduceResponse.model_validate(answer)

@@ -27,6 +27,10 @@ from botocore.config import Config
 from broker_core.aws import AwsSettings
 from broker_core.client import FloeClient, NoBrokersError
 from broker_core.metadata.store import MetadataStore
+from broker_core.security.acls import AclOperation, ResourceType
+from broker_core.security.principal import ANONYMOUS
+from functions.authorization import HttpAuthorizer, authorizer_from_env
+from functions.quotas import HttpQuotas
 from tiered_storage.manifest import ManifestStore
 
 ENV_BOOTSTRAP_SERVERS = "FLOE_BOOTSTRAP_SERVERS"
@@ -72,6 +76,8 @@ class Container:
     _client: FloeClient | None = None
     _metadata: MetadataStore | None = None
     _manifest: ManifestStore | None = None
+    _quotas: HttpQuotas | None = None
+    _authorizer: HttpAuthorizer | None = None
     _s3: Any = None
     _cache: dict[tuple[str, ...], _Cached] = field(default_factory=dict)
 
@@ -115,6 +121,18 @@ class Container:
         return self._manifest
 
     @property
+    def quotas(self) -> HttpQuotas:
+        if self._quotas is None:
+            self._quotas = HttpQuotas(self.settings.aws)
+        return self._quotas
+
+    @property
+    def authorizer(self) -> HttpAuthorizer:
+        if self._authorizer is None:
+            self._authorizer = HttpAuthorizer(self.settings.aws, authorizer_from_env())
+        return self._authorizer
+
+    @property
     def s3(self) -> Any:
         if self._s3 is None:
             self._s3 = boto3.session.Session().client("s3", config=_S3_CONFIG, **self.settings.aws.boto3_kwargs())
@@ -149,17 +167,21 @@ def settings() -> FrontEndSettings:
 
 
 @contextmanager
-def borrowed_container() -> Iterator[Container]:
-    """A container for the length of one invocation (an idle one if there is one)."""
+def borrowed_container(principal: str = ANONYMOUS, host: str = "") -> Iterator[Container]:
+    """A container for the length of one invocation (an idle one if there is one), made on behalf
+    of ``principal`` (the caller, `functions.caller`) from ``host`` (its source address)."""
     try:
         container = _idle.get_nowait()
     except queue.Empty:
         container = Container(settings())
     _current.container = container
+    _current.principal = principal
+    _current.host = host
     try:
         yield container
     finally:
         _current.container = None
+        _current.principal = None
         _idle.put(container)
 
 
@@ -169,3 +191,22 @@ def current() -> Container:
     if container is None:
         raise RuntimeError("no invocation is running on this thread")
     return container
+
+
+def current_principal() -> str:
+    """The principal of the invocation running on this thread."""
+    principal = getattr(_current, "principal", None)
+    if principal is None:
+        raise RuntimeError("no invocation is running on this thread")
+    return principal
+
+
+def allows(operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    """Whether the ACLs let the current invocation's caller perform ``operation`` on the resource."""
+    return current().authorizer.allows(current_principal(), getattr(_current, "host", ""), operation,
+                                       resource_type, name)
+
+
+def require(operation: AclOperation, resource_type: ResourceType, name: str) -> None:
+    """ApiError 403 unless the ACLs let the current invocation's caller perform ``operation`` on the resource."""
+    current().authorizer.require(current_principal(), getattr(_current, "host", ""), operation, resource_type, name)

@@ -1,7 +1,7 @@
 """The front ends' own DynamoDB tables, created where no template does it (the local stack).
 
 ``<prefix>http_idempotency`` is Powertools' idempotency table: hash key ``id`` (string), TTL on
-``expiration``. The HTTP consumer groups' two tables are described in broker_core.groups.models.
+``expiration``; ``<prefix>http_quota_buckets`` holds the quota buckets (functions.quotas). The HTTP consumer groups' two tables are described in broker_core.groups.models.
 template.yaml declares the same tables for AWS, with point-in-time recovery and encryption.
 """
 
@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from broker_core.aws import AwsSettings
 from broker_core.dynamodb_tables import TABLE_ACTIVE_TIMEOUT_S, wait_until_active
 from broker_core.groups.store import HttpGroupStore
+from functions.quotas import HttpQuotas
 from functions.runtime import IDEMPOTENCY_TABLE
 
 
@@ -45,3 +46,4 @@ def ensure_tables(settings: AwsSettings) -> None:
     """Every table the front ends use beyond the brokers' own."""
     ensure_idempotency_table(settings)
     HttpGroupStore(settings).ensure_tables()
+    HttpQuotas(settings).ensure_table()

@@ -15,7 +15,9 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from broker_core.client import FloeClient, KafkaError, TopicInfo
+from broker_core.security.acls import AclOperation, ResourceType
 from functions import runtime
+from functions.authorization import CLUSTER_RESOURCE
 from functions.errors import ApiError, api_error_for, responses
 from functions.models import (
     TOPIC_NAME_PATTERN,
@@ -61,9 +63,11 @@ def _call(work: Any) -> Any:
     "/v1/topics",
     summary="Create a topic",
     tags=["topics"],
-    responses=responses(TopicDescription, 400, 409, 415, 422, 502, 503, status=HTTPStatus.CREATED),
+    responses=responses(TopicDescription, 403, 400, 409, 415, 422, 502, 503, status=HTTPStatus.CREATED),
 )
 def create_topic(body: Annotated[CreateTopicRequest, Body()]) -> Response[TopicDescription]:
+    if not runtime.allows(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        runtime.require(AclOperation.CREATE, ResourceType.TOPIC, body.topic_name)
     configs: dict[str, str] = {}
     for number, config in enumerate(body.configs):
         if config.value is None:
@@ -87,16 +91,20 @@ def list_topics() -> TopicList:
         await client.list_topics()
         return TopicList(topics=[_summary(client.topics[name]) for name in sorted(client.topics)])
 
-    return _call(listing)
+    listed = _call(listing)
+    # As Metadata does, leave out the topics the caller may not describe.
+    return TopicList(topics=[t for t in listed.topics
+                             if runtime.allows(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic_name)])
 
 
 @router.get(
     "/v1/topics/<topic>",
     summary="Describe a topic: partitions, leaders, ISR and configs",
     tags=["topics"],
-    responses=responses(TopicDescription, 404, 422, 502, 503),
+    responses=responses(TopicDescription, 403, 404, 422, 502, 503),
 )
 def describe_topic(topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)]) -> TopicDescription:
+    runtime.require(AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
     async def describe(client: FloeClient) -> TopicDescription:
         info = await client.describe_topic(topic)
         return _description(info, await client.describe_configs(topic))
@@ -108,9 +116,10 @@ def describe_topic(topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)]) -> T
     "/v1/topics/<topic>",
     summary="Delete a topic",
     tags=["topics"],
-    responses=responses(None, 404, 422, 502, 503, status=HTTPStatus.NO_CONTENT),
+    responses=responses(None, 403, 404, 422, 502, 503, status=HTTPStatus.NO_CONTENT),
 )
 def delete_topic(topic: Annotated[str, Path(pattern=TOPIC_NAME_PATTERN)]) -> Response[None]:
+    runtime.require(AclOperation.DELETE, ResourceType.TOPIC, topic)
     async def delete(client: FloeClient) -> None:
         await client.delete_topic(topic)
 

@@ -42,6 +42,9 @@ CLIENT_MAX_VERSIONS: dict[int, int] = {
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
     ApiKey.ALTER_CLIENT_QUOTAS: 1,
+    ApiKey.DESCRIBE_ACLS: 3,
+    ApiKey.CREATE_ACLS: 3,
+    ApiKey.DELETE_ACLS: 3,
 }
 
 CLIENT_SOFTWARE_NAME = "floe-client"

@@ -22,6 +22,14 @@ from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, RESOURCE_TOPIC
 from broker_core.records import Compression, RecordInput, build_batch, iter_headers, parse_header
 from broker_core.records.errors import TruncatedBatchError
+from broker_core.security.acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermission,
+    PatternType,
+    ResourceType,
+)
 
 from .backoff import RETRY_BACKOFF_S, backoff_s
 from .connection import BrokerConnection
@@ -375,6 +383,45 @@ class FloeClient:
         raise_for(response.error_code, response.error_message)
         return [([(e.entity_type, e.entity_name) for e in entry.entity], {v.key: v.value for v in entry.values})
                 for entry in response.entries or ()]
+
+    # ACLs --------------------------------------------------------------------------------------
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """Store ACLs; raises KafkaError with the broker's message for the first one refused."""
+        response = await self._send_anywhere(ApiKey.CREATE_ACLS, {"creations": [
+            {"resource_type": int(b.resource_type), "resource_name": b.resource_name,
+             "resource_pattern_type": int(b.pattern_type), "principal": b.principal, "host": b.host,
+             "operation": int(b.operation), "permission_type": int(b.permission)} for b in bindings]},
+            idempotent=True)  # storing a binding twice stores it once
+        for result in response.results:
+            raise_for(result.error_code, result.error_message)
+
+    async def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """The stored ACLs the filter matches."""
+        response = await self._send_anywhere(ApiKey.DESCRIBE_ACLS, {
+            "resource_type_filter": int(acl_filter.resource_type), "resource_name_filter": acl_filter.resource_name,
+            "pattern_type_filter": int(acl_filter.pattern_type), "principal_filter": acl_filter.principal,
+            "host_filter": acl_filter.host, "operation": int(acl_filter.operation),
+            "permission_type": int(acl_filter.permission)})
+        raise_for(response.error_code, response.error_message)
+        return [AclBinding(ResourceType(r.resource_type), r.resource_name, PatternType(r.pattern_type), a.principal,
+                           a.host, AclOperation(a.operation), AclPermission(a.permission_type))
+                for r in response.resources for a in r.acls]
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclBinding]:
+        """Delete the stored ACLs any filter matches and return them; KafkaError if a filter is refused."""
+        response = await self._send_anywhere(ApiKey.DELETE_ACLS, {"filters": [
+            {"resource_type_filter": int(f.resource_type), "resource_name_filter": f.resource_name,
+             "pattern_type_filter": int(f.pattern_type), "principal_filter": f.principal, "host_filter": f.host,
+             "operation": int(f.operation), "permission_type": int(f.permission)} for f in filters]},
+            idempotent=False)
+        deleted = []
+        for result in response.filter_results:
+            raise_for(result.error_code, result.error_message)
+            deleted += [AclBinding(ResourceType(m.resource_type), m.resource_name, PatternType(m.pattern_type),
+                                   m.principal, m.host, AclOperation(m.operation), AclPermission(m.permission_type))
+                        for m in result.matching_acls]
+        return deleted
 
     # produce -----------------------------------------------------------------------------------
 

@@ -5,6 +5,13 @@ coordinates: leases in DynamoDB, loading, fencing), `GroupMembership` (JoinGroup
 Heartbeat, LeaveGroup and their timers) and `GroupOffsets` (OffsetCommit, OffsetFetch, expiry).
 This module serves FindCoordinator, DescribeGroups, ListGroups and DeleteGroups itself and runs the
 background duties: member timers, lease heartbeats and offset expiry.
+
+Authorization, as Kafka's: JoinGroup, SyncGroup, Heartbeat and LeaveGroup need READ on the group
+(else GROUP_AUTHORIZATION_FAILED, checked before anything else, so a refused member learns nothing
+of the group); FindCoordinator DESCRIBE on the group or transactional id; DescribeGroups DESCRIBE
+and DeleteGroups DELETE on each group; ListGroups lists every group with DESCRIBE on the cluster,
+else only the groups the principal may describe. OffsetCommit and OffsetFetch are checked in
+`offsets`.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from kio.schema.errors import ErrorCode
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, respond
+from broker_core.security.acls import AclOperation, ResourceType
+from broker_core.server.authorization import allowed, cluster_allowed
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
-from .group import GroupState
+from .group import GroupState, join_error, sync_error
 from .membership import GroupMembership
 from .offsets import GroupOffsets
 from .ownership import GroupOwnership
@@ -33,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+_REFUSED = ErrorCode.group_authorization_failed
 TICK_S = 0.1
 
 
@@ -55,12 +66,30 @@ class GroupCoordinator:
         """The group APIs this service serves, for the broker's request handlers."""
         membership, offsets = self.membership, self.offsets
         return {
-            ApiKey.FIND_COORDINATOR: self.find_coordinator, ApiKey.JOIN_GROUP: membership.join_group,
-            ApiKey.SYNC_GROUP: membership.sync_group, ApiKey.HEARTBEAT: membership.heartbeat,
-            ApiKey.LEAVE_GROUP: membership.leave_group, ApiKey.OFFSET_COMMIT: offsets.offset_commit,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.JOIN_GROUP: self._reading_group(membership.join_group,
+                                                   lambda request: join_error(_REFUSED, request.body.member_id)),
+            ApiKey.SYNC_GROUP: self._reading_group(membership.sync_group, lambda _: sync_error(_REFUSED)),
+            ApiKey.HEARTBEAT: self._reading_group(membership.heartbeat, lambda _: {"error_code": _REFUSED}),
+            ApiKey.LEAVE_GROUP: self._reading_group(membership.leave_group,
+                                                    lambda _: {"error_code": _REFUSED, "members": []}),
+            ApiKey.OFFSET_COMMIT: offsets.offset_commit,
             ApiKey.OFFSET_FETCH: offsets.offset_fetch, ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.LIST_GROUPS: self.list_groups, ApiKey.DELETE_GROUPS: self.delete_groups,
         }
+
+    def _reading_group(self, handler: Callable[[Request], Awaitable[Any]],
+                       refusal: Callable[[Request], dict[str, Any]]) -> Callable[[Request], Awaitable[Any]]:
+        """``handler``, answered with ``refusal`` unless the principal may READ the request's group."""
+        async def guarded(request: Request) -> Any:
+            if allowed(self.context.authorizer, request, AclOperation.READ, ResourceType.GROUP, request.body.group_id):
+                return await handler(request)
+            response = refusal(request)
+            if request.api_key == ApiKey.JOIN_GROUP and response.get("protocol_name") is None:
+                response["protocol_name"] = "" if request.api_version < 7 else None
+            return respond(request, {"throttle_time": NO_THROTTLE, **response})
+
+        return guarded
 
     async def start(self) -> None:
         await self.ownership.start()
@@ -97,6 +126,12 @@ class GroupCoordinator:
             answer = {"key": key, "error_code": ErrorCode.none, "error_message": None, "node_id": -1,
                       "host": "", "port": -1}
             answers.append(answer)
+            if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+                resource = ResourceType.GROUP if key_type == GROUP_KEY_TYPE else ResourceType.TRANSACTIONAL_ID
+                if not allowed(self.context.authorizer, request, AclOperation.DESCRIBE, resource, key):
+                    answer["error_code"] = (_REFUSED if key_type == GROUP_KEY_TYPE
+                                            else ErrorCode.transactional_id_authorization_failed)
+                    continue
             if key_type != GROUP_KEY_TYPE:
                 answer["error_code"] = ErrorCode.coordinator_not_available
                 answer["error_message"] = "Floe coordinates consumer groups only (no transactions)"
@@ -123,6 +158,10 @@ class GroupCoordinator:
     async def describe_groups(self, request: Request) -> Any:
         described = []
         for group_id in request.body.groups:
+            if not allowed(self.context.authorizer, request, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                described.append({"error_code": _REFUSED, "group_id": group_id, "group_state": "",
+                                  "protocol_type": "", "protocol_data": "", "members": []})
+                continue
             group, error = self.ownership.owned(group_id)
             if group is None:
                 described.append({"error_code": error, "group_id": group_id, "group_state": "", "protocol_type": "",
@@ -160,11 +199,18 @@ class GroupCoordinator:
                                              "protocol_type": item.record.protocol_type or "",
                                              "group_state": item.record.state}
         groups = [g for g in listed.values() if not wanted or g["group_state"].lower() in wanted]
+        authorizer = self.context.authorizer
+        if authorizer.enabled and not cluster_allowed(authorizer, request, AclOperation.DESCRIBE, log_denial=False):
+            groups = [g for g in groups if allowed(authorizer, request, AclOperation.DESCRIBE, ResourceType.GROUP,
+                                                   g["group_id"], log_denial=False)]
         return respond(request, {"throttle_time": NO_THROTTLE, "error_code": error, "groups": groups})
 
     async def delete_groups(self, request: Request) -> Any:
         results = []
         for group_id in request.body.groups_names:
+            if not allowed(self.context.authorizer, request, AclOperation.DELETE, ResourceType.GROUP, group_id):
+                results.append({"group_id": group_id, "error_code": _REFUSED})
+                continue
             results.append({"group_id": group_id, "error_code": await self._delete_group(group_id)})
         return respond(request, {"throttle_time": NO_THROTTLE, "results": results})
 

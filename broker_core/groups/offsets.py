@@ -6,6 +6,12 @@ served from memory afterwards. Once a group has members only members of the curr
 may commit. Offsets of empty groups and standalone committers expire after
 ``offsets.retention.minutes`` (or the commit's own retention); an empty group left without
 offsets is deleted, as Kafka's Dead state forgets it.
+
+Authorization, as Kafka's: OffsetCommit needs READ on the group (else every partition is
+GROUP_AUTHORIZATION_FAILED) and READ on each topic (else that topic's partitions are
+TOPIC_AUTHORIZATION_FAILED); OffsetFetch needs DESCRIBE on the group (else the whole answer is
+GROUP_AUTHORIZATION_FAILED) and DESCRIBE on each topic named (else TOPIC_AUTHORIZATION_FAILED);
+asked for all of a group's offsets, it leaves out the topics the principal may not describe.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from kio.schema.errors import ErrorCode
 from broker_core.clock import wall_clock_ms
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, respond
+from broker_core.security.acls import AclOperation, ResourceType
+from broker_core.server.authorization import allowed
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import ConsumerGroup, GroupState, offset_expired
@@ -47,7 +55,11 @@ class GroupOffsets:
 
     async def offset_commit(self, request: Request) -> Any:
         body = request.body
-        group, error = self.ownership.owned(body.group_id)
+        authorizer = self.context.authorizer
+        if not allowed(authorizer, request, AclOperation.READ, ResourceType.GROUP, body.group_id):
+            group, error = None, ErrorCode.group_authorization_failed
+        else:
+            group, error = self.ownership.owned(body.group_id)
         if group is not None:
             error = self._validate_commit(group, body)
         now_ms = wall_clock_ms()
@@ -57,10 +69,14 @@ class GroupOffsets:
         topics, writes = [], []
         for topic in body.topics:
             partitions = []
+            topic_error = error
+            if error == ErrorCode.none and not allowed(authorizer, request, AclOperation.READ, ResourceType.TOPIC,
+                                                       topic.name):
+                topic_error = ErrorCode.topic_authorization_failed
             for p in topic.partitions:
-                result = {"partition_index": p.partition_index, "error_code": error}
+                result = {"partition_index": p.partition_index, "error_code": topic_error}
                 partitions.append(result)
-                if error != ErrorCode.none:
+                if topic_error != ErrorCode.none:
                     continue
                 metadata = p.committed_metadata or ""
                 if (topic.name, p.partition_index) not in image.partitions:
@@ -111,17 +127,28 @@ class GroupOffsets:
 
     async def offset_fetch(self, request: Request) -> Any:
         body = request.body
+        authorizer = self.context.authorizer
+        if not allowed(authorizer, request, AclOperation.DESCRIBE, ResourceType.GROUP, body.group_id):
+            error = ErrorCode.group_authorization_failed
+            return respond(request, {"throttle_time": NO_THROTTLE, "topics": [], "error_code": error})
         group, error = self.ownership.owned(body.group_id)
         topics = []
         if body.topics is None:
             wanted: dict[str, list[int]] = {}
             if group is not None:
                 for topic, partition in sorted(group.offsets):
-                    wanted.setdefault(topic, []).append(partition)
+                    if allowed(authorizer, request, AclOperation.DESCRIBE, ResourceType.TOPIC, topic, log_denial=False):
+                        wanted.setdefault(topic, []).append(partition)
         else:
             wanted = {t.name: list(t.partition_indexes) for t in body.topics}
         for name, partitions in wanted.items():
             results = []
+            if body.topics is not None and not allowed(authorizer, request, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                                       name):
+                topics.append({"name": name, "partitions": [
+                    {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
+                     "metadata": "", "error_code": ErrorCode.topic_authorization_failed} for partition in partitions]})
+                continue
             for partition in partitions:
                 committed = group.offsets.get((name, partition)) if group is not None else None
                 results.append({

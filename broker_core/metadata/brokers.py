@@ -25,6 +25,7 @@ from broker_core.metadata.errors import (
 from broker_core.metadata.models import BROKER_EPOCH_ITEM, BrokerItem
 from broker_core.metadata.state import BrokerRegistration, BrokerState
 from broker_core.metadata.tables import MetadataTables, metadata_failures
+from broker_core.security.principal import ANONYMOUS
 
 
 def _broker_from_item(item: BrokerItem) -> BrokerRegistration:
@@ -37,6 +38,7 @@ def _broker_from_item(item: BrokerItem) -> BrokerRegistration:
         state=BrokerState(item.state),
         heartbeat=int(item.heartbeat),
         registered_at_ms=int(item.registered_at_ms),
+        principal=item.principal or ANONYMOUS,
     )
 
 
@@ -46,8 +48,13 @@ class BrokerRegistry(MetadataTables):
     """The brokers table: registration, heartbeat, state changes and fencing of brokers."""
 
     @metadata_failures
-    def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None) -> int:
+    def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None, *,
+                        principal: str = ANONYMOUS) -> int:
         """Register (or re-register) a broker as RUNNING and return its new broker epoch.
+
+        ``principal`` is the one the broker authenticates as to its peers (its inter-broker
+        principal): with an authorizer on, replica requests naming this broker id are accepted only
+        from it.
 
         The epoch comes from a cluster-wide counter, so it is larger than any epoch this broker id
         had before; the previous registration, if any, is replaced and thereby fenced. If a
@@ -73,6 +80,7 @@ class BrokerRegistry(MetadataTables):
             state=BrokerState.RUNNING.value,
             heartbeat=0,
             registered_at_ms=wall_clock_ms(),
+            principal=principal,
         )
         condition = broker.broker_id.does_not_exist() | (broker.broker_epoch < broker_epoch)
 

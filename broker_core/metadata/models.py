@@ -94,6 +94,7 @@ class BrokerItem(Model):
     state = UnicodeAttribute()
     heartbeat = NumberAttribute()
     registered_at_ms = NumberAttribute()
+    principal = UnicodeAttribute(null=True)  # absent in registrations written before brokers named one
 
 
 class TopicItem(Model):

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from broker_core.security.principal import ANONYMOUS
+
 NO_LEADER = -1
 NO_HOLDER = -1
 UNCLEAN_LEADER_ELECTION_CONFIG = "unclean.leader.election.enable"
@@ -35,6 +37,9 @@ class BrokerRegistration:
     state: BrokerState
     heartbeat: int
     registered_at_ms: int
+    # The principal the broker authenticates as to its peers: with an authorizer, the only one whose
+    # replica requests naming this broker id are trusted (trusted replication, docs/security.md).
+    principal: str = ANONYMOUS
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 An entity names a user, a client id, or a (user, client id) pair; either part may be the default
 entity (`DEFAULT`), which stands for every user or client id that has no quota of its own. A client
-is identified by its principal's user name (until brokers authenticate, every connection is
-``User:ANONYMOUS``) and the client id of its request header. `ClientQuotas.resolve` walks Kafka's
+is identified by its principal's name (``User:ANONYMOUS`` until a connection authenticates) and the
+client id of its request header. `ClientQuotas.resolve` walks Kafka's
 eight levels, most specific first:
 
     /users/<user>/clients/<client-id>      /users/<default>/clients/<client-id>
@@ -26,6 +26,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from broker_core.security.principal import ANONYMOUS as ANONYMOUS_PRINCIPAL
+from broker_core.security.principal import KafkaPrincipal
+
 USER: Final = "user"
 CLIENT_ID: Final = "client-id"
 ENTITY_TYPES: Final = (USER, CLIENT_ID)
@@ -42,7 +45,7 @@ QUOTA_KEYS: Final[dict[str, bool]] = {
     CONTROLLER_MUTATION_RATE: False,
 }
 
-ANONYMOUS_USER: Final = "ANONYMOUS"
+ANONYMOUS_USER: Final = KafkaPrincipal.parse(ANONYMOUS_PRINCIPAL).name
 
 
 class _Default:
@@ -120,13 +123,15 @@ class ClientIdentity:
     client_id: str = ""
 
 
-def client_identity(client_id: str | None, user: str = ANONYMOUS_USER) -> ClientIdentity:
-    """The identity of a request: its header's client id and its connection's principal's user name.
+def client_identity(client_id: str | None, principal: str = ANONYMOUS_PRINCIPAL) -> ClientIdentity:
+    """The identity of a request: its header's client id and its principal's name as the user.
 
-    Brokers do not authenticate yet, so every connection is ``User:ANONYMOUS``; once they do, the
-    caller passes the authenticated principal's name as ``user``.
+    As Kafka, the user entity is the principal's name whatever its type (``User:alice`` is user
+    ``alice``, ``User:arn:aws:iam::1:role/r`` is user ``arn:aws:iam::1:role/r``), and an
+    unauthenticated connection is user ``ANONYMOUS``, which a ``<default>`` user quota covers like
+    any other user.
     """
-    return ClientIdentity(user, client_id or "")
+    return ClientIdentity(KafkaPrincipal.parse(principal).name, client_id or "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,11 @@ class TokenBucket:
         self.tokens = min(burst, self.tokens + quota * max(now_s - self._updated_s, 0.0))
         self._updated_s = now_s
 
+    def available(self, quota: float, now_s: float) -> float:
+        """The tokens in the bucket now (negative while a debt is being paid back)."""
+        self._refill(quota, now_s)
+        return self.tokens
+
     def exceeded(self, quota: float, now_s: float) -> bool:
         self._refill(quota, now_s)
         return self.tokens < 0

@@ -13,8 +13,10 @@ from broker_core.quotas.rates import WindowConfig
 from broker_core.quotas.service import QuotaService
 from broker_core.replication.fetcher import ReplicaFetcherManager
 from broker_core.replication.isr import IsrManager
+from broker_core.security.acl_service import AclService
 from tiered_storage.service import TieringService
 
+from .acl_apis import AclApis
 from .broker import Broker, BrokerParts
 from .config import BrokerConfig
 from .handlers import RequestHandlers
@@ -34,7 +36,8 @@ def build_broker(config: BrokerConfig) -> Broker:
         WindowConfig(config.get_int("controller.quota.window.num"), config.get_int("controller.quota.window.size.seconds")),
     )
     handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), quotas, remote_reads=tiering.reader)
-    for api_key, handler in groups.api_handlers().items():
+    acls = AclService(config.aws, broker.authorizer)
+    for api_key, handler in (groups.api_handlers() | AclApis(broker, acls).api_handlers()).items():
         handlers.register(api_key, handler)
     limits = ListenerLimits.from_settings(config.get_int, config.get)
     listener = KafkaListener(handlers, config.host, config.port, limits)
@@ -42,7 +45,7 @@ def build_broker(config: BrokerConfig) -> Broker:
         listener=listener,
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
-        services=(quotas, groups, tiering, LogCleanerService(broker)),
-        followers=(quotas,),
+        services=(quotas, acls, groups, tiering, LogCleanerService(broker)),
+        followers=(quotas, acls),
     ))
     return broker

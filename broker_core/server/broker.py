@@ -27,6 +27,7 @@ from broker_core.metadata.errors import BrokerFencedError, MetadataError
 from broker_core.metadata.image import MetadataImage
 from broker_core.metadata.state import BrokerState
 from broker_core.metadata.store import MetadataStore
+from broker_core.security.authorizer import Authorizer
 from broker_core.settings import effective
 
 from .config import BrokerConfig
@@ -97,6 +98,7 @@ class Broker:
         self.store = MetadataStore(config.aws)
         self.image = MetadataImage()
         self.replicas = ReplicaManager(config)
+        self.authorizer = Authorizer.from_settings(config.overrides)
         self.cluster_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"floe:{config.aws.table_prefix}"))
         self.broker_epoch = -1
         session_ms = config.get_int("broker.session.timeout.ms")
@@ -131,9 +133,7 @@ class Broker:
         await asyncio.to_thread(self.store.ensure_tables)
         parts = self.parts
         self.port = await parts.listener.start()
-        self.broker_epoch = await asyncio.to_thread(
-            self.store.register_broker, self.config.broker_id, self.config.advertised, self.port, self.config.rack
-        )
+        self.broker_epoch = await self._register()
         log.info("broker %d registered with epoch %d, listening on %s:%d",
                  self.config.broker_id, self.broker_epoch, self.config.host, self.port)
         # Try for the controller role before serving, so the first Metadata answer names a controller
@@ -230,9 +230,14 @@ class Broker:
             await asyncio.to_thread(self.store.heartbeat_broker, self.config.broker_id, self.broker_epoch)
         except BrokerFencedError:
             log.warning("broker %d was fenced at epoch %d; registering again", self.config.broker_id, self.broker_epoch)
-            self.broker_epoch = await asyncio.to_thread(
-                self.store.register_broker, self.config.broker_id, self.config.advertised, self.port, self.config.rack
-            )
+            self.broker_epoch = await self._register()
+
+    async def _register(self) -> int:
+        """Register this broker (as its inter-broker principal) for a new broker epoch."""
+        return await asyncio.to_thread(
+            self.store.register_broker, self.config.broker_id, self.config.advertised, self.port, self.config.rack,
+            principal=self.config.inter_broker_principal,
+        )
 
     async def _poll_metadata(self) -> None:
         version = await asyncio.to_thread(self.store.metadata_version)

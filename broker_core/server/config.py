@@ -15,6 +15,7 @@ from pathlib import Path
 
 from broker_core.aws import AwsSettings
 from broker_core.log.config import LogConfig
+from broker_core.security.principal import ANONYMOUS
 from broker_core.settings import (
     TOPIC_SETTINGS,
     BrokerOverrides,
@@ -41,6 +42,10 @@ class BrokerConfig:
     rack: str | None = None
     advertised_host: str | None = None
     overrides: Mapping[str, str] = field(default_factory=dict)
+    # The principal this broker authenticates as to its peers; written into its registration, where
+    # other brokers with an authorizer check replica requests against it. The listener room's
+    # inter-broker authentication sets it; without security every connection is ANONYMOUS.
+    inter_broker_principal: str = ANONYMOUS
 
     def get(self, key: str) -> str:
         return broker_setting(self.overrides, key)

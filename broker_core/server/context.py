@@ -3,7 +3,7 @@
 The request handlers, the replica fetchers, the ISR manager, the group coordinator and the tiering
 service each receive a `BrokerContext` when the broker is assembled (`broker_core.server.assembly`).
 It offers exactly what they use: the broker's settings, its current `MetadataImage`, the replicas it
-hosts, the metadata store, and ways to ask for newer metadata. They never reach for anything else on
+hosts, the metadata store, the authorizer, and ways to ask for newer metadata. They never reach for anything else on
 the broker and never set attributes on each other. Everything here is for tasks on the broker's
 event loop; the store's calls block, so callers run them in a worker thread.
 """
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from broker_core.metadata.image import MetadataImage
     from broker_core.metadata.store import MetadataStore
+    from broker_core.security.authorizer import Authorizer
 
     from .config import BrokerConfig
     from .replica_manager import ReplicaManager
@@ -41,6 +42,11 @@ class BrokerContext(Protocol):
     @property
     def store(self) -> MetadataStore:
         """The cluster metadata in DynamoDB (blocking calls: run them in a worker thread)."""
+        ...
+
+    @property
+    def authorizer(self) -> Authorizer:
+        """Decides who may do what (`enabled` False without ``authorizer.class.name``: everyone may)."""
         ...
 
     @property

@@ -44,6 +44,8 @@ from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
 )
+from broker_core.records.header import iter_headers
+from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.settings import (
     SOURCE_DEFAULT,
     SOURCE_TOPIC,
@@ -51,6 +53,12 @@ from broker_core.settings import (
     describe_topic_configs,
 )
 
+from .authorization import (
+    allowed,
+    cluster_allowed,
+    idempotent_write_allowed,
+    replica_request_allowed,
+)
 from .config import TopicConfigError, validate_topic_configs
 from .remote_reads import RemoteReads, RemoteStorageError
 
@@ -114,7 +122,7 @@ class RequestHandlers:
             return await handler
         timed = LoopTimed(handler)
         response = await timed
-        throttle_s = quotas.record_request_time(client_identity(request.client_id), timed.elapsed_s)
+        throttle_s = quotas.record_request_time(client_identity(request.client_id, request.principal), timed.elapsed_s)
         return with_throttle(response, throttle_s)
 
     # ApiVersions -------------------------------------------------------------------------------
@@ -140,8 +148,11 @@ class RequestHandlers:
         if body.topics:
             await self._catch_up_for(getattr(entry, "name", None) for entry in body.topics)
         image = self.context.image
+        authorizer = self.context.authorizer
         if body.topics is None:
-            names = sorted(image.topics)
+            # Every topic the principal may describe; the others are left out, as Kafka does.
+            names = [name for name in sorted(image.topics)
+                     if allowed(authorizer, request, AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=False)]
         else:
             names = []
             for entry in body.topics:
@@ -155,6 +166,14 @@ class RequestHandlers:
         topics = []
         for name in names:
             described = image.topics.get(name) if name is not None else None
+            if body.topics is not None and name is not None and not allowed(
+                    authorizer, request, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                # Named but not describable: whether it exists is not revealed.
+                topics.append({
+                    "error_code": ErrorCode.topic_authorization_failed, "name": name,
+                    "topic_id": uuid.UUID(int=0), "is_internal": False, "partitions": [],
+                })
+                continue
             if described is None:
                 topics.append({
                     "error_code": ErrorCode.unknown_topic_or_partition, "name": name,
@@ -201,13 +220,20 @@ class RequestHandlers:
         pending: list[tuple[dict[str, Any], Any, int]] = []
         await self._catch_up_for(topic_data.name for topic_data in body.topic_data)
         started = time.perf_counter()
+        authorizer = self.context.authorizer
+        transactional_refused = authorizer.enabled and _transactional_refused(authorizer, request)
         for topic_data in body.topic_data:
             partition_results = []
+            may_write = allowed(authorizer, request, AclOperation.WRITE, ResourceType.TOPIC, topic_data.name)
             for data in topic_data.partition_data:
                 result = {"index": data.index, "error_code": ErrorCode.none, "base_offset": -1,
                           "log_append_time": None, "log_start_offset": -1, "record_errors": [],
                           "error_message": None}
-                if acks not in (-1, 0, 1):
+                if transactional_refused:
+                    result["error_code"] = ErrorCode.transactional_id_authorization_failed
+                elif not may_write:
+                    result["error_code"] = ErrorCode.topic_authorization_failed
+                elif acks not in (-1, 0, 1):
                     result["error_code"] = ErrorCode.invalid_required_acks
                 else:
                     self._append(topic_data.name, data.index, data.records, acks, result, pending)
@@ -237,7 +263,7 @@ class RequestHandlers:
         """Kafka records a Produce request's whole size against the producer byte rate, and (here)
         the time its appends took on the event loop against the request percentage."""
         quotas = self.quotas.manager
-        identity = client_identity(request.client_id)
+        identity = client_identity(request.client_id, request.principal)
         throttle_s = quotas.record_produce(identity, request.size)
         if quotas.enforces(REQUEST_PERCENTAGE):
             throttle_s = max(throttle_s, quotas.record_request_time(identity, appending_s))
@@ -303,18 +329,29 @@ class RequestHandlers:
     async def fetch(self, request: Request) -> Any:
         body = request.body
         replica_id = getattr(body, "replica_id", -1)
+        if replica_id >= 0 and not replica_request_allowed(self.context, request, replica_id):
+            # A forged follower fetch: refused whole, before it can touch any follower state.
+            return respond(request, {
+                "throttle_time": NO_THROTTLE, "error_code": ErrorCode.cluster_authorization_failed, "session_id": 0,
+                "responses": [{"topic": getattr(t, "topic", None), "partitions": [
+                    _fetch_error(p.partition, ErrorCode.cluster_authorization_failed) for p in t.partitions]}
+                    for t in body.topics],
+            })
         deadline = time.monotonic() + body.max_wait.total_seconds()
         await self._catch_up_for(getattr(topic_request, "topic", None) for topic_request in body.topics)
         quotas = self.quotas.manager
-        identity = client_identity(request.client_id)
+        identity = client_identity(request.client_id, request.principal)
         max_bytes = body.max_bytes
         if replica_id < 0:
-            # Kafka's cap: no more in one response than the consumer quota allows over the window.
-            limit = quotas.fetch_limit(identity)
-            if limit is not None:
-                max_bytes = min(max_bytes, limit)
+            # No more in one response than the consumer quota leaves room for (quotas.manager.fetch_room).
+            room = quotas.fetch_room(identity)
+            if room is not None and room.max_bytes <= 0:
+                return respond(request, {"throttle_time": _throttle_time(max(room.wait_s, 0.001)), "error_code": ErrorCode.none,
+                                         "session_id": 0, "responses": []})
+            if room is not None:
+                max_bytes = min(max_bytes, room.max_bytes)
         while True:
-            topics, total, partitions, had_error = await self._read_fetch(body, replica_id, max_bytes)
+            topics, total, partitions, had_error = await self._read_fetch(request, replica_id, max_bytes)
             remaining = deadline - time.monotonic()
             if total >= body.min_bytes or had_error or remaining <= 0 or not partitions:
                 break
@@ -332,8 +369,10 @@ class RequestHandlers:
             "responses": topics,
         })
 
-    async def _read_fetch(self, body: Any, replica_id: int, max_bytes: int) -> tuple[list, int, list, bool]:
+    async def _read_fetch(self, request: Request, replica_id: int, max_bytes: int) -> tuple[list, int, list, bool]:
+        body = request.body
         image = self.context.image
+        authorizer = self.context.authorizer
         remaining = max_bytes
         total = 0
         had_error = False
@@ -342,13 +381,15 @@ class RequestHandlers:
         for topic_request in body.topics:
             name = getattr(topic_request, "topic", None)
             responses = []
+            # A follower was authorized as a replica (CLUSTER_ACTION) before it got here.
+            may_read = replica_id >= 0 or allowed(authorizer, request, AclOperation.READ, ResourceType.TOPIC, name)
             for p in topic_request.partitions:
-                response = {"partition_index": p.partition, "error_code": ErrorCode.none,
-                            "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-                            "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+                response = _fetch_error(p.partition, ErrorCode.none)
                 responses.append(response)
                 partition = self.context.replicas.get(name, p.partition)
-                if name not in image.topics or (name, p.partition) not in image.partitions:
+                if not may_read:
+                    response["error_code"] = ErrorCode.topic_authorization_failed
+                elif name not in image.topics or (name, p.partition) not in image.partitions:
                     response["error_code"] = ErrorCode.unknown_topic_or_partition
                 elif partition is None or not partition.is_leader:
                     response["error_code"] = ErrorCode.not_leader_or_follower
@@ -414,13 +455,23 @@ class RequestHandlers:
         body = request.body
         await self._catch_up_for(topic_request.name for topic_request in body.topics)
         image = self.context.image
+        authorizer = self.context.authorizer
+        # A replica's ListOffsets sees offsets above the high watermark: only a trusted replica may.
+        replica_refused = body.replica_id >= 0 and not replica_request_allowed(self.context, request, body.replica_id)
         topics = []
         for topic_request in body.topics:
             partitions = []
+            refusal = (ErrorCode.cluster_authorization_failed if replica_refused
+                       else None if allowed(authorizer, request, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                            topic_request.name)
+                       else ErrorCode.topic_authorization_failed)
             for p in topic_request.partitions:
                 result = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                           "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
                 partitions.append(result)
+                if refusal is not None:
+                    result["error_code"] = refusal
+                    continue
                 partition = self.context.replicas.get(topic_request.name, p.partition_index)
                 if topic_request.name not in image.topics or (topic_request.name, p.partition_index) not in image.partitions:
                     result["error_code"] = ErrorCode.unknown_topic_or_partition
@@ -466,19 +517,25 @@ class RequestHandlers:
     async def init_producer_id(self, request: Request) -> Any:
         """Producer ids for idempotent producers, from blocks allocated in DynamoDB.
 
-        A producer that already has an id (KIP-360) keeps it with the epoch bumped. Transactions
-        are not supported: a transactional id is refused.
+        Every answer is a new producer id at epoch 0, as Kafka answers a request without a
+        transactional id: an id the request names (KIP-360's producer_id/producer_epoch) is never
+        handed out again with a bumped epoch, since nothing shows that the caller owns it, and
+        such a bump would fence the producer that does. Transactions are not supported: a
+        transactional id is refused (after the authorization check Kafka makes first).
+        Authorization: WRITE on the transactional id; for an idempotent producer, IDEMPOTENT_WRITE
+        on the cluster or WRITE on some topic (Kafka 3.x).
         """
         body = request.body
         response = {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
+        authorizer = self.context.authorizer
         if body.transactional_id is not None:
-            response["error_code"] = ErrorCode.invalid_request
-        # producer_id/producer_epoch exist from v3 (KIP-360); older requests always ask for a new id.
-        elif getattr(body, "producer_id", -1) >= 0 and getattr(body, "producer_epoch", -1) >= 0:
-            if body.producer_epoch >= 32766:
-                response["producer_id"], response["producer_epoch"] = await self.producer_ids.next_id(), 0
+            if not allowed(authorizer, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                           body.transactional_id):
+                response["error_code"] = ErrorCode.transactional_id_authorization_failed
             else:
-                response["producer_id"], response["producer_epoch"] = body.producer_id, body.producer_epoch + 1
+                response["error_code"] = ErrorCode.invalid_request
+        elif not idempotent_write_allowed(authorizer, request):
+            response["error_code"] = ErrorCode.cluster_authorization_failed
         else:
             try:
                 response["producer_id"], response["producer_epoch"] = await self.producer_ids.next_id(), 0
@@ -491,14 +548,23 @@ class RequestHandlers:
     async def offset_for_leader_epoch(self, request: Request) -> Any:
         """Where a leader epoch ends in the leader's log: followers (and KIP-320 consumers) truncate by it."""
         image = self.context.image
+        authorizer = self.context.authorizer
+        replica_id = getattr(request.body, "replica_id", -1)  # since v3; followers set it, consumers send -1
+        replica_refused = replica_id >= 0 and not replica_request_allowed(self.context, request, replica_id)
         topics = []
         for topic_request in request.body.topics:
             partitions = []
+            refusal = (ErrorCode.cluster_authorization_failed if replica_refused
+                       else None if replica_id >= 0 or allowed(authorizer, request, AclOperation.DESCRIBE,
+                                                               ResourceType.TOPIC, topic_request.topic)
+                       else ErrorCode.topic_authorization_failed)
             for p in topic_request.partitions:
                 result = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
                 partitions.append(result)
                 partition = self.context.replicas.get(topic_request.topic, p.partition)
-                if topic_request.topic not in image.topics or (topic_request.topic, p.partition) not in image.partitions:
+                if refusal is not None:
+                    result["error_code"] = refusal
+                elif topic_request.topic not in image.topics or (topic_request.topic, p.partition) not in image.partitions:
                     result["error_code"] = ErrorCode.unknown_topic_or_partition
                 elif partition is None or not partition.is_leader:
                     result["error_code"] = ErrorCode.not_leader_or_follower
@@ -525,12 +591,20 @@ class RequestHandlers:
         existing_replicas = sum(t.num_partitions * t.replication_factor for t in image.topics.values())
         live = len(image.live_brokers())
         quotas = self.quotas.manager
-        identity = client_identity(request.client_id)
+        identity = client_identity(request.client_id, request.principal)
         strict = request.api_version >= _STRICT_MUTATION_QUOTA[ApiKey.CREATE_TOPICS]
+        authorizer = self.context.authorizer
+        # Kafka: CREATE on the cluster covers every topic; else CREATE on each topic.
+        may_create_any = cluster_allowed(authorizer, request, AclOperation.CREATE, log_denial=False)
         for topic in body.topics:
             result = {"name": topic.name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none,
                       "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": None}
             results.append(result)
+            if not may_create_any and not allowed(authorizer, request, AclOperation.CREATE, ResourceType.TOPIC,
+                                                  topic.name):
+                result["error_code"] = ErrorCode.topic_authorization_failed
+                result["error_message"] = "Authorization failed."
+                continue
             configs = {c.name: c.value for c in topic.configs}
             num_partitions = topic.num_partitions if topic.num_partitions != -1 else self.context.config.get_int("num.partitions")
             replication = (topic.replication_factor if topic.replication_factor != -1
@@ -569,6 +643,11 @@ class RequestHandlers:
             if description is not None:
                 result["topic_id"] = uuid.UUID(description.topic_id)
                 created = True
+            if not allowed(authorizer, request, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name,
+                           log_denial=False):
+                # Created, but its configs are not the principal's to see (Kafka: topic_config_error_code).
+                result["topic_config_error_code"] = ErrorCode.topic_authorization_failed.value
+                continue
             result["configs"] = [
                 {"name": c.name, "value": c.value, "read_only": False, "config_source": c.source, "is_sensitive": False}
                 for c in describe_topic_configs(configs, self.context.config, None)
@@ -595,11 +674,14 @@ class RequestHandlers:
         results = []
         deleted = False
         quotas = self.quotas.manager
-        identity = client_identity(request.client_id)
+        identity = client_identity(request.client_id, request.principal)
         strict = request.api_version >= _STRICT_MUTATION_QUOTA[ApiKey.DELETE_TOPICS]
         for name in names:
             result = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
             results.append(result)
+            if not allowed(self.context.authorizer, request, AclOperation.DELETE, ResourceType.TOPIC, name):
+                result["error_code"], result["error_message"] = ErrorCode.topic_authorization_failed, "Authorization failed."
+                continue
             if strict and quotas.mutation_exceeded(identity):
                 result["error_code"], result["error_message"] = ErrorCode.throttling_quota_exceeded, _THROTTLED
                 continue
@@ -627,6 +709,10 @@ class RequestHandlers:
             result = {"error_code": ErrorCode.none, "error_message": None, "resource_type": resource.resource_type,
                       "resource_name": resource.resource_name, "configs": []}
             results.append(result)
+            refusal = self._describe_configs_refusal(request, resource.resource_type, resource.resource_name)
+            if refusal is not None:
+                result["error_code"], result["error_message"] = refusal, "Authorization failed."
+                continue
             if resource.resource_type == RESOURCE_TOPIC:
                 described = self.context.image.topics.get(resource.resource_name)
                 if described is None:
@@ -651,6 +737,16 @@ class RequestHandlers:
             ]
         return respond(request, {"throttle_time": NO_THROTTLE, "results": results})
 
+    def _describe_configs_refusal(self, request: Request, resource_type: int, name: str) -> ErrorCode | None:
+        """DESCRIBE_CONFIGS on the topic, or (for a broker's configs) on the cluster."""
+        authorizer = self.context.authorizer
+        if resource_type == RESOURCE_TOPIC:
+            if not allowed(authorizer, request, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+                return ErrorCode.topic_authorization_failed
+        elif resource_type == RESOURCE_BROKER and not cluster_allowed(authorizer, request, AclOperation.DESCRIBE_CONFIGS):
+            return ErrorCode.cluster_authorization_failed
+        return None
+
     # Client quotas -----------------------------------------------------------------------------
 
     async def describe_client_quotas(self, request: Request) -> Any:
@@ -658,6 +754,10 @@ class RequestHandlers:
         broker is seen at once)."""
         body = request.body
         response = {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "error_message": None, "entries": None}
+        if not cluster_allowed(self.context.authorizer, request, AclOperation.DESCRIBE_CONFIGS):
+            response["error_code"] = ErrorCode.cluster_authorization_failed
+            response["error_message"] = "Authorization failed."
+            return respond(request, response)
         try:
             quota_filter = QuotaFilter.parse(((c.entity_type, c.match_type, c.match) for c in body.components),
                                              body.strict)
@@ -682,11 +782,15 @@ class RequestHandlers:
         body = request.body
         entries = []
         changed = False
+        may_alter = cluster_allowed(self.context.authorizer, request, AclOperation.ALTER_CONFIGS)
         for entry in body.entries:
             parts = [(e.entity_type, e.entity_name) for e in entry.entity]
             result = {"error_code": ErrorCode.none, "error_message": None,
                       "entity": [{"entity_type": kind, "entity_name": name} for kind, name in parts]}
             entries.append(result)
+            if not may_alter:
+                result["error_code"], result["error_message"] = ErrorCode.cluster_authorization_failed, "Authorization failed."
+                continue
             try:
                 alteration = parse_alteration(parts, ((op.key, op.value, op.remove) for op in entry.ops))
             except QuotaEntityError as exc:
@@ -708,6 +812,35 @@ class RequestHandlers:
                 log.warning("client quotas changed but the metadata version was not bumped: %s", exc)
             await self.context.refresh_metadata()
         return respond(request, {"throttle_time": NO_THROTTLE, "entries": entries})
+
+
+def _fetch_error(partition: int, error: ErrorCode) -> dict[str, Any]:
+    return {"partition_index": partition, "error_code": error, "high_watermark": -1, "last_stable_offset": -1,
+            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+
+
+def _transactional_refused(authorizer: Any, request: Request) -> bool:
+    """Kafka: a Produce carrying transactional batches needs WRITE on its transactional id."""
+    body = request.body
+    transactional = any(
+        header.is_transactional
+        for topic_data in body.topic_data for data in topic_data.partition_data if data.records
+        for header in _headers(data.records))
+    if not transactional:
+        return False
+    transactional_id = getattr(body, "transactional_id", None)
+    return transactional_id is None or not allowed(authorizer, request, AclOperation.WRITE,
+                                                   ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _headers(records: bytes) -> Iterable[Any]:
+    """The batch headers of a Produce partition's records; a malformed tail ends the walk (the append
+    refuses it later with its own error)."""
+    try:
+        for _, header in iter_headers(records):
+            yield header
+    except RecordsError:
+        return
 
 
 def _from_replica(request: Request) -> bool:

@@ -4,8 +4,15 @@ as an `HttpApi`, fresh topics, and a way to read log-end offsets straight from t
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +20,7 @@ from broker_core.client import LATEST, FloeClient
 from broker_core.local_stack import LocalStack
 from tests.functions.http_api import HttpApi
 from tests.support.stack import TEST_BROKER_OVERRIDES
+from tests.support.waiting import wait_until
 
 # Tiering runs every 300 ms so tests that wait for uploads wait little.
 HTTP_STACK_OVERRIDES = {**TEST_BROKER_OVERRIDES, "remote.log.manager.task.interval.ms": "300"}
@@ -64,3 +72,46 @@ def log_end_offsets(http_stack: LocalStack) -> Callable[[str], dict[int, int]]:
         return asyncio.run(ask())
 
     return read
+
+
+# Callers of the second adapter below, by name: each is an IAM user ARN with a bearer token of its own.
+CALLERS = ("alice", "bob", "carol")
+
+
+def caller_arn(name: str) -> str:
+    return f"arn:aws:iam::111122223333:user/{name}"
+
+
+@contextmanager
+def extra_adapter(stack: LocalStack, directory: Path, **environment: str) -> Iterator[str]:
+    """Another local adapter (two workers) on ``stack``, its environment changed by ``environment``; its URL."""
+    ready = directory / "ready.json"
+    settings = {
+        "FLOE_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "FLOE_AWS_ENDPOINT_URL": stack.aws.endpoint_url or "",
+        "AWS_REGION": stack.region,
+        "FLOE_BUCKET": stack.bucket,
+        "FLOE_TABLE_PREFIX": stack.table_prefix,
+        "FLOE_HTTP_TOKEN": secrets.token_urlsafe(16),
+    }
+    with open(directory / "adapter.log", "ab") as log_file:
+        process = subprocess.Popen([sys.executable, "-m", "functions.local_adapter", "--port", "0", "--workers", "2",
+                                    "--ready-file", str(ready)], stdout=log_file, stderr=subprocess.STDOUT,
+                                   env={**os.environ, **settings, **environment}, start_new_session=True)
+    try:
+        wait_until(lambda: ready.exists() or process.poll() is not None, "the extra adapter is ready", 60.0)
+        assert process.poll() is None, (directory / "adapter.log").read_text()
+        yield json.loads(ready.read_text())["url"]
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@pytest.fixture(scope="session")
+def callers(http_stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, HttpApi]]:
+    """A second local adapter on the session's stack whose callers are several IAM identities (as API
+    Gateway would report them); an `HttpApi` per caller name."""
+    tokens = {name: secrets.token_urlsafe(16) for name in CALLERS}
+    callers_env = json.dumps({token: caller_arn(name) for name, token in tokens.items()})
+    with extra_adapter(http_stack, tmp_path_factory.mktemp("callers"), FLOE_HTTP_CALLERS=callers_env) as url:
+        yield {name: HttpApi(url, token) for name, token in tokens.items()}

@@ -51,6 +51,13 @@ def test_registered_broker_is_listed_as_running_with_its_address(store):
     assert broker.state is BrokerState.RUNNING
 
 
+def test_a_registration_names_the_principal_the_broker_authenticates_as(store):
+    store.register_broker(1, "127.0.0.1", 9092)
+    store.register_broker(2, "127.0.0.1", 9093, principal="User:CN=broker-2,O=Floe")
+    assert {b.broker_id: b.principal for b in store.list_brokers()} == {1: "User:ANONYMOUS",
+                                                                       2: "User:CN=broker-2,O=Floe"}
+
+
 def test_re_registration_gets_a_larger_epoch_and_fences_the_old_one(store):
     first = store.register_broker(1, "127.0.0.1", 9092)
     store.register_broker(2, "127.0.0.1", 9093)

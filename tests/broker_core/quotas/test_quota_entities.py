@@ -14,7 +14,7 @@ from broker_core.quotas.entities import (
     validate_quota,
 )
 
-ALICE_APP = client_identity("app", user="alice")
+ALICE_APP = client_identity("app", "User:alice")
 
 # Kafka's order, most specific first; each row's entity beats every row below it.
 LEVELS = [
@@ -95,3 +95,19 @@ def test_quota_values_kafka_refuses_are_refused(key: str, value: float, message:
 def test_fractional_request_percentage_and_mutation_rate_are_accepted() -> None:
     validate_quota("request_percentage", 12.5)
     validate_quota("controller_mutation_rate", 0.5)
+
+
+def test_the_user_entity_is_the_principals_name() -> None:
+    quotas = ClientQuotas({QuotaEntity("alice", None): {PRODUCER_BYTE_RATE: 10.0},
+                           QuotaEntity("arn:aws:iam::123456789012:role/ingest", None): {PRODUCER_BYTE_RATE: 20.0}})
+    assert quotas.resolve(client_identity("x", "User:alice"), PRODUCER_BYTE_RATE).limit == 10.0
+    role = client_identity("x", "User:arn:aws:iam::123456789012:role/ingest")
+    assert quotas.resolve(role, PRODUCER_BYTE_RATE).limit == 20.0
+    assert quotas.resolve(client_identity("x", "User:bob"), PRODUCER_BYTE_RATE) is None
+
+
+def test_an_unauthenticated_client_is_user_anonymous_and_gets_the_default_user_quota() -> None:
+    quotas = ClientQuotas({QuotaEntity(DEFAULT, None): {PRODUCER_BYTE_RATE: 5.0},
+                           QuotaEntity("alice", None): {PRODUCER_BYTE_RATE: 10.0}})
+    match = quotas.resolve(client_identity("x"), PRODUCER_BYTE_RATE)
+    assert match is not None and match.limit == 5.0 and match.group == ("ANONYMOUS", "")

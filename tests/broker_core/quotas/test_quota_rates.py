@@ -71,19 +71,53 @@ def test_clients_under_a_default_quota_each_have_their_own_budget() -> None:
 def test_clients_of_one_user_share_the_users_quota() -> None:
     manager = QuotaManager(KAFKA, KAFKA, clock=lambda: 0.0)
     manager.apply(ClientQuotas({QuotaEntity("alice", None): {PRODUCER_BYTE_RATE: 1000.0}}))
-    assert manager.record_produce(client_identity("a", user="alice"), 8_000) == 0.0
-    assert manager.record_produce(client_identity("b", user="alice"), 8_000) > 0
+    assert manager.record_produce(client_identity("a", "User:alice"), 8_000) == 0.0
+    assert manager.record_produce(client_identity("b", "User:alice"), 8_000) > 0
 
 
 def test_a_throttled_fetch_taken_back_does_not_count() -> None:
     manager = QuotaManager(KAFKA, KAFKA, clock=lambda: 0.0)
     manager.apply(ClientQuotas({QuotaEntity(None, "c"): {"consumer_byte_rate": 1000.0}}))
     identity = client_identity("c")
-    assert manager.fetch_limit(identity) == 10_000
+    assert manager.fetch_room(identity).max_bytes == 1_000  # one window's share to start with
     assert manager.record_fetch(identity, 10_000) == 0.0
     assert manager.record_fetch(identity, 5_000) > 0
     manager.unrecord_fetch(identity, 5_000)
     assert manager.record_fetch(identity, 0) == 0.0
+
+
+def simulate_consumer(manager: QuotaManager, now: list[float], batch: int, seconds: float) -> dict[int, int]:
+    """A consumer fetching whole ``batch``-byte batches as fast as the broker lets it (a throttled or
+    paced answer comes back empty and the connection is muted for its throttle); bytes received per second."""
+    identity = client_identity("c")
+    received: dict[int, int] = {}
+    while now[0] < seconds:
+        room = manager.fetch_room(identity)
+        if room.max_bytes <= 0:
+            now[0] += max(room.wait_s, 0.001)
+            continue
+        size = max(batch, room.max_bytes // batch * batch)  # Kafka returns at least one batch
+        throttle = manager.record_fetch(identity, size)
+        if throttle > 0:
+            manager.unrecord_fetch(identity, size)
+            now[0] += throttle
+            continue
+        received[int(now[0])] = received.get(int(now[0]), 0) + size
+        now[0] += 0.002
+    return received
+
+
+def test_a_consumer_is_paced_to_its_quota_instead_of_bursting_ten_windows_at_once() -> None:
+    now = [0.0]
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: now[0])
+    quota = 10 * 1024 * 1024
+    manager.apply(ClientQuotas({QuotaEntity(None, "c"): {"consumer_byte_rate": float(quota)}}))
+    batch = 1_000_000
+    received = simulate_consumer(manager, now, batch, 66.0)
+    # At most a full bucket plus a second of refill in any second (Kafka's cap alone lets ten windows' worth through).
+    assert max(received.values()) <= 2 * quota + batch
+    measured = sum(received.get(second, 0) for second in range(22, 66)) / 44
+    assert measured == pytest.approx(quota, rel=0.05)
 
 
 def test_request_time_throttle_is_bounded_by_one_window() -> None:

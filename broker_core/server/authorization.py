@@ -1,0 +1,99 @@
+"""What a request may do: the request path's questions to the broker's `Authorizer`.
+
+Every handler asks through `allowed` (or `cluster_allowed`, `filter_allowed`), with the request's
+principal and client address as the listener stamped them. Without an authorizer
+(``authorizer.class.name`` empty, the default) each answers True after one attribute test, so a
+broker without security settings behaves and performs as before. A check never reads DynamoDB: the
+authorizer decides from its cache.
+
+Trusted replication (`replica_request_allowed`): a request that acts as a replica (a Fetch,
+ListOffsets or OffsetForLeaderEpoch naming a replica id) is accepted only from a principal with
+CLUSTER_ACTION on the cluster that is also the principal the broker named by the replica id
+registered with (its inter-broker principal), so neither a client nor one broker can pose as
+another broker's follower.
+
+A refusal is logged once, at INFO, with the principal and the peer address (Kafka's authorizer log
+line). Checks that only filter what a response shows (Metadata's topic list, ListGroups) do not
+log, as Kafka's do not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, TypeVar
+
+from broker_core.protocol.framing import Request
+from broker_core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from broker_core.security.authorizer import Authorizer
+
+if TYPE_CHECKING:
+    from .context import BrokerContext
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+def allowed(authorizer: Authorizer, request: Request, operation: AclOperation, resource_type: ResourceType,
+            name: str, *, log_denial: bool = True) -> bool:
+    """Whether the request's principal, from its address, may perform ``operation`` on the resource."""
+    if not authorizer.enabled:
+        return True
+    if authorizer.authorize(request.principal, request.client_host, operation, resource_type, name):
+        return True
+    if log_denial:
+        log.info("denied: principal %s from %s may not %s %s %r (api key %d)", request.principal,
+                 request.client_host, operation.name, resource_type.name, name, request.api_key)
+    return False
+
+
+def cluster_allowed(authorizer: Authorizer, request: Request, operation: AclOperation, *,
+                    log_denial: bool = True) -> bool:
+    return allowed(authorizer, request, operation, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=log_denial)
+
+
+def filter_allowed(authorizer: Authorizer, request: Request, operation: AclOperation, resource_type: ResourceType,
+                   names: Iterable[_T], name_of=str) -> list[_T]:
+    """The items whose resource the principal may ``operation``, silently dropping the others."""
+    if not authorizer.enabled:
+        return list(names)
+    return [n for n in names if allowed(authorizer, request, operation, resource_type, name_of(n), log_denial=False)]
+
+
+def idempotent_write_allowed(authorizer: Authorizer, request: Request) -> bool:
+    """Kafka 3.x: an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on some topic."""
+    if not authorizer.enabled:
+        return True
+    if authorizer.authorize(request.principal, request.client_host, AclOperation.IDEMPOTENT_WRITE,
+                            ResourceType.CLUSTER, CLUSTER_NAME):
+        return True
+    if authorizer.authorize_any(request.principal, request.client_host, AclOperation.WRITE, ResourceType.TOPIC):
+        return True
+    log.info("denied: principal %s from %s may not write idempotently (no IDEMPOTENT_WRITE on the cluster, no WRITE "
+             "on any topic; api key %d)", request.principal, request.client_host, request.api_key)
+    return False
+
+
+def replica_request_allowed(context: BrokerContext, request: Request, replica_id: int) -> bool:
+    """Whether a request naming ``replica_id`` as its sender comes from that broker (see the module doc)."""
+    authorizer = context.authorizer
+    if not authorizer.enabled:
+        return True
+    if not cluster_allowed(authorizer, request, AclOperation.CLUSTER_ACTION):
+        return False
+    registration = context.image.brokers.get(replica_id)
+    if registration is not None and registration.principal == request.principal:
+        return True
+    log.warning("denied: principal %s from %s sent a replica request as broker %d, which %s (api key %d)",
+                request.principal, request.client_host, replica_id,
+                "is not registered" if registration is None else f"registered as {registration.principal}",
+                request.api_key)
+    return False
+
+
+def scram_credentials_allowed(authorizer: Authorizer, request: Request, *, alter: bool) -> bool:
+    """For the SCRAM credential APIs (Kafka's rule): DescribeUserScramCredentials (50) needs DESCRIBE on
+    the cluster, AlterUserScramCredentials (51) ALTER; a refused request's results are each
+    CLUSTER_AUTHORIZATION_FAILED."""
+    return cluster_allowed(authorizer, request, AclOperation.ALTER if alter else AclOperation.DESCRIBE)
