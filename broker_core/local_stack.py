@@ -52,6 +52,7 @@ class BrokerProcess:
     log_path: Path
     process: subprocess.Popen | None = None
     port: int = 0
+    listeners: dict[str, int] = field(default_factory=dict)  # listener name -> port, from its ready file
 
     @property
     def pid(self) -> int:
@@ -172,7 +173,9 @@ class LocalStack:
             if time.monotonic() > deadline:
                 raise StackError(f"broker {broker_id} not ready after {timeout_s:.0f}s; see {broker.log_path}")
             time.sleep(0.05)
-        broker.port = json.loads(ready.read_text())["port"]
+        answer = json.loads(ready.read_text())
+        broker.port = answer["port"]
+        broker.listeners = answer.get("listeners", {})
         return broker
 
     def kill_broker(self, broker_id: int, sig: int = signal.SIGKILL) -> None:

@@ -94,6 +94,7 @@ class BrokerItem(Model):
     state = UnicodeAttribute()
     heartbeat = NumberAttribute()
     registered_at_ms = NumberAttribute()
+    endpoints = MapAttribute(null=True)  # listener name -> "host:port"
 
 
 class TopicItem(Model):

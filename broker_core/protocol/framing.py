@@ -359,11 +359,14 @@ class Request:
     # "User:ANONYMOUS" before or without authentication) and the client's address.
     principal: str = "User:ANONYMOUS"
     client_host: str = ""
+    # The listener it arrived on ("" for a broker with the single default listener): Metadata and
+    # FindCoordinator answer with that listener's endpoints, as Kafka does.
+    listener_name: str = ""
 
     def without_body(self) -> Request:
         """This request's header (what a response is encoded from) without the decoded body."""
         return Request(self.api_key, self.api_version, self.correlation_id, self.client_id, None, self.size,
-                       self.principal, self.client_host)
+                       self.principal, self.client_host, self.listener_name)
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -371,7 +374,8 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     return _API_KEY_VERSION_CORRELATION.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes | memoryview, principal: str = "User:ANONYMOUS", client_host: str = "") -> Request:
+def decode_request(frame: bytes | memoryview, principal: str = "User:ANONYMOUS", client_host: str = "",
+                   listener_name: str = "") -> Request:
     """The request in ``frame``, stamped with who sent it (see `Request`)."""
     api_key, api_version, correlation_id = peek_header(frame)
     versions = SUPPORTED_VERSIONS.get(api_key)
@@ -400,7 +404,8 @@ def decode_request(frame: bytes | memoryview, principal: str = "User:ANONYMOUS",
         ) from exc
     # Bytes after the body are ignored, as Kafka's own request parser does: librdkafka 2.x sends a few
     # extra bytes after some flexible-version bodies (Metadata v12) and Kafka brokers accept them.
-    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame), principal, client_host)
+    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame), principal, client_host,
+                   listener_name)
 
 
 class SendableSlice(Protocol):

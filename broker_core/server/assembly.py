@@ -13,12 +13,13 @@ from broker_core.quotas.rates import WindowConfig
 from broker_core.quotas.service import QuotaService
 from broker_core.replication.fetcher import ReplicaFetcherManager
 from broker_core.replication.isr import IsrManager
+from broker_core.security.tls import server_context
 from tiered_storage.service import TieringService
 
 from .broker import Broker, BrokerParts
 from .config import BrokerConfig
 from .handlers import RequestHandlers
-from .listener import KafkaListener, ListenerLimits
+from .listener import KafkaListener, KafkaListeners, ListenerLimits, ListenerSecurity
 from .producer_ids import ProducerIdAllocator
 
 
@@ -35,13 +36,31 @@ def build_broker(config: BrokerConfig) -> Broker:
     handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), quotas, remote_reads=tiering.reader)
     for api_key, handler in groups.api_handlers().items():
         handlers.register(api_key, handler)
-    limits = ListenerLimits.from_settings(config.get_int, config.get)
-    listener = KafkaListener(handlers, config.host, config.port, limits)
     broker.host(BrokerParts(
-        listener=listener,
+        listener=build_listeners(config, handlers),
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
         services=(quotas, groups, tiering),
         followers=(quotas,),
     ))
     return broker
+
+
+def build_listeners(config: BrokerConfig, handlers: RequestHandlers) -> KafkaListeners:
+    """One KafkaListener per entry of `listeners`, each secured as its protocol says."""
+    limits = ListenerLimits.from_settings(config.get_int, config.get)
+    built: dict[str, tuple[KafkaListener, str, int | None]] = {}
+    first: KafkaListener | None = None
+    for spec in config.listeners.specs:
+        def setting(name: str, listener: str = spec.name) -> str:
+            return config.listeners.setting(listener, name)
+
+        security = ListenerSecurity(
+            name=spec.name, protocol=spec.security_protocol,
+            ssl_context=server_context(setting) if spec.security_protocol.tls else None,
+            handshake_timeout_s=int(setting("ssl.handshake.timeout.ms")) / 1000,
+        )
+        listener = KafkaListener(handlers, spec.host, spec.port, limits, security, shared_with=first)
+        first = first or listener
+        built[spec.name] = (listener, spec.advertised_host, spec.advertised_port)
+    return KafkaListeners(built)
