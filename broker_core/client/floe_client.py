@@ -35,6 +35,7 @@ from .results import (
     TopicInfo,
     decode_fetch,
 )
+from .security import PLAINTEXT, ClientSecurity
 
 EARLIEST = EARLIEST_TIMESTAMP  # ListOffsets: the log start offset
 LATEST = LATEST_TIMESTAMP  # ListOffsets: the high watermark (the offset the next acknowledged record gets)
@@ -88,9 +89,11 @@ class FloeClient:
     """
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "floe-client", request_timeout_s: float = 30.0,
-                 retries: int = 8, retry_backoff_s: float = RETRY_BACKOFF_S) -> None:
+                 retries: int = 8, retry_backoff_s: float = RETRY_BACKOFF_S,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
+        self.security = security
         self.request_timeout_s = request_timeout_s
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
@@ -148,7 +151,8 @@ class FloeClient:
 
     async def _open(self, broker: BrokerInfo) -> BrokerConnection:
         connection = BrokerConnection(broker.host, broker.port, client_id=self.client_id,
-                                      request_timeout_s=self.request_timeout_s, node_id=broker.node_id)
+                                      request_timeout_s=self.request_timeout_s, node_id=broker.node_id,
+                                      security=self.security)
         await connection.connect()
         return connection
 
@@ -167,7 +171,7 @@ class FloeClient:
                 errors.append(str(exc))
         for host, port in self.bootstrap:
             connection = BrokerConnection(host, port, client_id=self.client_id,
-                                          request_timeout_s=self.request_timeout_s)
+                                          request_timeout_s=self.request_timeout_s, security=self.security)
             try:
                 await connection.connect()
             except BrokerConnectionError as exc:

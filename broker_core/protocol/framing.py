@@ -145,7 +145,8 @@ class FrameDecoder:
         if not 0 < large_frame_bytes <= staging_bytes // 2:
             raise ValueError("large_frame_bytes must be positive and at most half of staging_bytes")
         self._min = min_frame_bytes
-        self._max = max_frame_bytes
+        # Adjustable between frames: a SASL connection reads small frames only until it authenticates.
+        self.max_frame_bytes = max_frame_bytes
         self._large_frame_bytes = large_frame_bytes
         self._pool = pool
         # Anonymous memory: its pages become resident only as bytes land in them, so an idle or
@@ -297,8 +298,8 @@ class FrameDecoder:
         position = self._start
         while end - position >= 4:
             (size,) = _SIZE.unpack_from(staging, position)
-            if size < self._min or size > self._max:
-                raise FramingError(f"frame size {size} outside [{self._min}, {self._max}]")
+            if size < self._min or size > self.max_frame_bytes:
+                raise FramingError(f"frame size {size} outside [{self._min}, {self.max_frame_bytes}]")
             available = end - position - 4
             if available >= size:
                 frames.append(view[position + 4 : position + 4 + size].tobytes())

@@ -15,9 +15,10 @@ from functools import cached_property
 from pathlib import Path
 
 from broker_core.aws import AwsSettings
+from broker_core.client.security import ClientSecurity
 from broker_core.log.config import LogConfig
 from broker_core.security.principal import ANONYMOUS, KafkaPrincipal
-from broker_core.security.tls import keystore_principal
+from broker_core.security.tls import client_context, keystore_principal
 from broker_core.settings import (
     TOPIC_SETTINGS,
     bool_setting,
@@ -63,6 +64,20 @@ class BrokerConfig:
         return BrokerListeners.resolve(self.host, self.port, self.advertised, self.overrides, self.get)
 
     @cached_property
+    def inter_broker_security(self) -> ClientSecurity:
+        """How this broker connects to its peers' inter-broker listener: TLS checked against its
+        truststore and showing its keystore's certificate, SASL with `floe.inter.broker.sasl.*`."""
+        spec = self.listeners.inter_broker_spec
+        protocol = spec.security_protocol
+        context = None
+        if protocol.tls:
+            context = client_context(lambda name: self.listeners.setting(spec.name, name))
+        if not protocol.sasl:
+            return ClientSecurity(protocol.value, context)
+        return ClientSecurity(protocol.value, context, self.get("floe.inter.broker.sasl.mechanism"),
+                              self.get("floe.inter.broker.sasl.username"), self.get("floe.inter.broker.sasl.password"))
+
+    @cached_property
     def inter_broker_principal(self) -> str:
         """The principal this broker authenticates as to its peers on the inter-broker listener:
         its SASL user name, else (TLS with client certificates asked for) its certificate's subject,
@@ -86,6 +101,7 @@ class BrokerConfig:
         check_broker_overrides(self.overrides)
         LogConfig.from_kafka(self.overrides)
         self.listeners  # noqa: B018 - parsing the listener settings checks them
+        self.inter_broker_security  # noqa: B018 - and so does building the inter-broker connections' security
 
 
 def validate_topic_configs(configs: Mapping[str, str]) -> None:

@@ -35,6 +35,7 @@ import errno
 import logging
 import socket
 import ssl
+import struct
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ from broker_core.security.tls import certificate_principal
 from broker_core.settings import ConfigError
 
 from .listeners import SecurityProtocol
+from .sasl import SaslConfig, SaslSession
 from .streams import PlainStream, TlsHandshakeError, TlsStream
 
 if TYPE_CHECKING:
@@ -120,6 +122,7 @@ class ListenerSecurity:
     protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
     ssl_context: ssl.SSLContext | None = None
     handshake_timeout_s: float = 10.0
+    sasl: SaslConfig | None = None  # SASL_PLAINTEXT, SASL_SSL
 
 
 def _throttle_seconds(response: Any) -> float:
@@ -150,6 +153,10 @@ class Connection:
             self.stream: PlainStream | TlsStream = TlsStream(self.loop, sock, self.security.ssl_context)
         else:
             self.stream = PlainStream(self.loop, sock)
+        self._frame_limit = max_frame_bytes
+        self.sasl = SaslSession(self.security.sasl, self.peer, self.listener_name) if self.security.sasl else None
+        if self.sasl is not None:
+            self.decoder.max_frame_bytes = self.sasl.receive_limit(max_frame_bytes)
         # The authenticated principal; requests are stamped with it (Request.principal).
         self.principal = ANONYMOUS
         self._memory_released = memory_released
@@ -245,6 +252,8 @@ class Connection:
 
     async def _process(self, frame: bytes | memoryview) -> bool:
         """Handle one request; False when the connection must be closed."""
+        if self.sasl is not None and self.sasl.raw_tokens:
+            return await self._raw_sasl_token(frame)
         try:
             request = decode_request(frame, self.principal, self.client_host, self.listener_name)
         except UnsupportedVersionError as exc:
@@ -261,6 +270,10 @@ class Connection:
         except InvalidRequestError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
+        if self.sasl is not None:
+            verdict = await self._sasl(request)
+            if verdict is not None:
+                return verdict
         if request.api_key == ApiKey.PRODUCE:
             try:
                 complete = await self.handlers.start_produce(request)
@@ -277,6 +290,49 @@ class Connection:
         if encoded is not None:
             await self._send(encoded)
         return True
+
+    async def _sasl(self, request: Request) -> bool | None:
+        """SASL's part in handling ``request`` (see broker_core.server.sasl): None when the request goes
+        on to the handlers, else whether the connection stays open."""
+        assert self.sasl is not None
+        now = self.loop.time()
+        if request.api_key == ApiKey.SASL_HANDSHAKE:
+            answer = self.sasl.handshake(request)
+        elif request.api_key == ApiKey.SASL_AUTHENTICATE:
+            answer = await self.sasl.authenticate(request, now)
+            self._authenticated()
+        elif not self.sasl.authenticated:
+            if request.api_key == ApiKey.API_VERSIONS:
+                return None
+            log.warning("closing connection from %s on listener %s: %s before authentication",
+                        self.peer, self.listener_name, api_name(request.api_key))
+            return False
+        elif self.sasl.expired(now):
+            log.info("closing connection from %s on listener %s: its SASL session ended without re-authentication",
+                     self.peer, self.listener_name)
+            return False
+        else:
+            return None
+        await self._responses.join()
+        await self._send((encode_response(request.api_key, request.api_version, request.correlation_id,
+                                          answer.response), 0.0))
+        return not answer.close
+
+    async def _raw_sasl_token(self, frame: bytes | memoryview) -> bool:
+        """A token framed as before KIP-152 (after SaslHandshake v0): answered with a bare token."""
+        assert self.sasl is not None
+        answer = await self.sasl.raw_token(bytes(frame), self.loop.time())
+        if answer.close:
+            return False
+        self._authenticated()
+        await self._send(([struct.pack(">i", len(answer.response)) + answer.response], 0.0))
+        return True
+
+    def _authenticated(self) -> None:
+        assert self.sasl is not None
+        if self.sasl.principal is not None:
+            self.principal = self.sasl.principal
+        self.decoder.max_frame_bytes = self.sasl.receive_limit(self._frame_limit)
 
     async def _encode(self, request: Request, answer: Awaitable[Any]) -> tuple[list, float] | None:
         """The encoded response to ``request`` once ``answer`` gives it, with the seconds it asks the
