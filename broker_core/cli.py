@@ -27,6 +27,7 @@ from broker_core.groups.cli import add_group_commands
 from broker_core.local_stack import DEFAULT_DIR, LocalStack, StackError, load_stack
 from broker_core.partitioner import partition_for_key
 from broker_core.records import Compression, Record, SimpleRecord
+from broker_core.security.cli import add_user_commands
 from broker_core.settings import ConfigError, parse_overrides
 
 _PRODUCE_BATCH_LINES = 1000
@@ -408,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         help="the quotas of the entity named (default: of every entity)")
     describe_quotas.add_argument("--format", choices=("text", "json"), default="text")
     describe_quotas.set_defaults(func=_quotas_describe)
+    add_user_commands(commands, cluster)
     return parser
 
 

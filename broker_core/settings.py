@@ -137,6 +137,18 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("controller.quota.window.num", _INT, 11,
             "Samples of the controller mutation rate; the token bucket holds the quota times the span."),
     _broker("controller.quota.window.size.seconds", _INT, 1, "Length of one sample of the controller mutation rate."),
+    # SASL credentials (docs/security.md): the SCRAM credential cache and IAM OAUTHBEARER token checks.
+    _broker("floe.scram.credential.cache.ms", _INT, 60000,
+            "Longest a broker answers SCRAM/PLAIN logins from a cached credential; AlterUserScramCredentials "
+            "empties every broker's cache within one metadata poll, this bounds changes written around the brokers."),
+    _broker("floe.sasl.oauthbearer.iam.audience", _STRING, "",
+            "The audience IAM OAUTHBEARER tokens must be signed for (x-floe-audience); give each cluster its own. "
+            "Empty: IAM tokens cannot be verified."),
+    _broker("floe.sasl.oauthbearer.iam.sts.endpoint", _STRING, "",
+            "The STS endpoint that verifies IAM tokens, the only host a token may name; empty is the regional "
+            "endpoint https://sts.REGION.amazonaws.com (the local stack sets its moto server)."),
+    _broker("floe.sasl.oauthbearer.iam.token.max.age.ms", _INT, 900000,
+            "Oldest an IAM token's signing time may be (and its X-Amz-Expires at most this)."),
     _broker("remote.log.manager.task.interval.ms", _INT, 30000, "How often tiering visits the partitions a broker leads.",
             public=False),
     _broker("remote.log.manager.copier.thread.pool.size", _INT, 4, "Partitions tiered at once.", public=False),

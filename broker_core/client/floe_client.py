@@ -380,6 +380,31 @@ class FloeClient:
         return [([(e.entity_type, e.entity_name) for e in entry.entity], {v.key: v.value for v in entry.values})
                 for entry in response.entries or ()]
 
+    # SCRAM credentials --------------------------------------------------------------------------
+
+    async def alter_user_scram_credentials(
+            self, upsertions: Sequence[tuple[str, int, int, bytes, bytes]] = (),
+            deletions: Sequence[tuple[str, int]] = ()) -> dict[str, tuple[ErrorCode, str | None]]:
+        """AlterUserScramCredentials: upsertions as (user, mechanism code, iterations, salt, salted
+        password), deletions as (user, mechanism code); the broker's (error code, message) per user."""
+        response = await self._send_anywhere(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {
+            "upsertions": [{"name": user, "mechanism": mechanism, "iterations": iterations, "salt": salt,
+                            "salted_password": salted} for user, mechanism, iterations, salt, salted in upsertions],
+            "deletions": [{"name": user, "mechanism": mechanism} for user, mechanism in deletions],
+        }, idempotent=False)
+        return {result.user: (result.error_code, result.error_message) for result in response.results}
+
+    async def describe_user_scram_credentials(
+            self, users: Sequence[str] | None = None) -> dict[str, tuple[ErrorCode, str | None, list[tuple[int, int]]]]:
+        """DescribeUserScramCredentials of ``users`` (None: every user with credentials): per user, the
+        broker's (error code, message, [(mechanism code, iterations)])."""
+        response = await self._send_anywhere(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {
+            "users": None if users is None else [{"name": user} for user in users]})
+        raise_for(response.error_code, response.error_message)
+        return {result.user: (result.error_code, result.error_message,
+                              [(info.mechanism, info.iterations) for info in result.credential_infos])
+                for result in response.results}
+
     # produce -----------------------------------------------------------------------------------
 
     async def produce(self, topic: str, records: Sequence[RecordInput] | bytes, partition: int, *, acks: int = -1,
