@@ -147,10 +147,10 @@ class GroupCoordinator:
             answer["error_code"] = error
             if error == ErrorCode.none:
                 if node == self.broker_id:
-                    answer["host"], answer["port"] = self.config.advertised, self.context.port
+                    answer["host"], answer["port"] = self.context.advertised_endpoint(request.listener_name)
                 else:
                     registration = self.context.image.brokers[node]
-                    answer["host"], answer["port"] = registration.host, registration.port
+                    answer["host"], answer["port"] = registration.endpoint(request.listener_name)
                 answer["node_id"] = node
         first = answers[0]
         return respond(request, {"throttle_time": NO_THROTTLE, "coordinators": answers, **first})

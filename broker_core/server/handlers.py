@@ -196,8 +196,9 @@ class RequestHandlers:
                 "is_internal": False, "partitions": partitions,
             })
         brokers = [
-            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+            {"node_id": b.broker_id, "host": host, "port": port, "rack": b.rack}
             for b in sorted(image.live_brokers(), key=lambda b: b.broker_id)
+            for host, port in [b.endpoint(request.listener_name)]
         ]
         return respond(request, {
             "throttle_time": NO_THROTTLE, "brokers": brokers, "cluster_id": self.context.cluster_id,

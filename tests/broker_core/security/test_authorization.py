@@ -381,3 +381,20 @@ def test_a_replica_request_naming_a_broker_registered_as_another_principal_is_re
         "replica_id": 9, "isolation_level": 0,
         "topics": [{"name": "orders", "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
     assert listed.topics[0].partitions[0].error_code == ErrorCode.cluster_authorization_failed
+
+
+def test_the_scram_credential_apis_need_describe_and_alter_on_the_cluster(stack: LocalStack) -> None:
+    alteration = {"deletions": [], "upsertions": [{"name": "eve", "mechanism": 2, "iterations": 4096,
+                                                   "salt": b"s" * 16, "salted_password": b"p" * 64}]}
+    grant(stack, acl(TOPIC, "*", Op.ALL))
+    described = raw(stack, 1, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+    assert described.error_code == ErrorCode.cluster_authorization_failed
+    altered = raw(stack, 1, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, alteration)
+    assert [(r.user, r.error_code) for r in altered.results] == [("eve", ErrorCode.cluster_authorization_failed)]
+    grant(stack, acl(CLUSTER, "kafka-cluster", Op.DESCRIBE))
+    assert raw(stack, 1, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None}).results == ()
+    grant(stack, acl(CLUSTER, "kafka-cluster", Op.ALTER))
+    altered = raw(stack, 1, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, alteration)
+    assert [(r.user, r.error_code) for r in altered.results] == [("eve", ErrorCode.none)]
+    described = raw(stack, 1, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+    assert [r.user for r in described.results] == ["eve"]
