@@ -19,7 +19,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
@@ -357,3 +357,13 @@ def test_plain_is_refused_on_a_listener_without_tls():
 def test_the_stack_file_holds_the_client_config(stack):
     info = Path(stack.directory / "stack.json").read_text()
     assert '"security.protocol": "SASL_SSL"' in info and '"sasl.mechanisms": "SCRAM-SHA-512"' in info
+
+
+def test_describe_configs_never_sends_the_brokers_password(stack):
+    admin = AdminClient(stack.client_config)
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    configs = admin.describe_configs([resource])[resource].result(30)
+    password = configs["floe.inter.broker.sasl.password"]
+    assert password.is_sensitive and password.value is None
+    assert configs["floe.inter.broker.sasl.username"].value == "broker-1"
+    assert stack.secrets["broker-1"] not in repr({name: entry.value for name, entry in configs.items()})
