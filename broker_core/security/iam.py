@@ -142,6 +142,11 @@ class IamTokenVerifier:
     def endpoint_url(self) -> str:
         return f"{self._scheme}://{self._netloc}"
 
+    async def authenticate(self, message: bytes) -> str:
+        """The principal of an OAUTHBEARER client message carrying an IAM token (`parse_oauthbearer`
+        then `verify`): what a SASL connection calls with the client's SaslAuthenticate bytes."""
+        return await self.verify(parse_oauthbearer(message))
+
     async def verify(self, token: str) -> str:
         """The principal (``User:<arn>``) of a valid token; AuthenticationError for any other."""
         query = self.checked_query(token)

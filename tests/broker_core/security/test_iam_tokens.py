@@ -75,7 +75,7 @@ def test_a_token_round_trips_through_moto_sts_to_the_callers_principal(sts: Moto
 def test_kafka_pythons_oauthbearer_message_with_the_provider_carries_a_verifiable_token(sts: MotoServer, session) -> None:
     provider = IamTokenProvider(AUDIENCE, REGION, sts.endpoint_url, session)
     message = SaslMechanismOAuth(sasl_oauth_token_provider=provider).auth_bytes()
-    assert verify(verifier(sts), parse_oauthbearer(message)) == MOTO_CALLER
+    assert asyncio.run(verifier(sts).authenticate(message)) == MOTO_CALLER
     assert provider.token() == provider.token()  # reused, not signed anew on every connection
 
 
