@@ -204,6 +204,14 @@ class IamTokenVerifier:
         return _arn_of(body)
 
 
+def iam_verifier_from_settings(setting: Callable[[str], str], region: str) -> IamTokenVerifier:
+    """The verifier a broker's floe.sasl.oauthbearer.iam.* settings describe (``setting(name)`` is the
+    broker's value of a setting); ValueError when no audience is set."""
+    endpoint = setting("floe.sasl.oauthbearer.iam.sts.endpoint") or None
+    max_age_ms = int(setting("floe.sasl.oauthbearer.iam.token.max.age.ms"))
+    return IamTokenVerifier(setting("floe.sasl.oauthbearer.iam.audience"), endpoint, region, max(1, max_age_ms // 1000))
+
+
 def _decode_token(token: str) -> tuple[str, str]:
     if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or not token.startswith(TOKEN_PREFIX):
         raise AuthenticationError("not a Floe IAM token")

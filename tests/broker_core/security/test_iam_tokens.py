@@ -26,6 +26,7 @@ from broker_core.security.iam import (
     IamTokenVerifier,
     iam_oauth_cb,
     iam_token,
+    iam_verifier_from_settings,
     parse_oauthbearer,
     principal_arn,
 )
@@ -263,3 +264,15 @@ def test_a_verifier_needs_an_audience_and_a_plain_endpoint() -> None:
     with pytest.raises(ValueError):
         IamTokenVerifier(AUDIENCE, "https://sts.example.com/path", REGION)
     assert IamTokenVerifier(AUDIENCE, None, "eu-west-1").endpoint_url == "https://sts.eu-west-1.amazonaws.com"
+
+
+def test_a_broker_builds_its_verifier_from_its_settings(sts: MotoServer, session) -> None:
+    from broker_core.settings import broker_setting
+
+    overrides = {"floe.sasl.oauthbearer.iam.audience": AUDIENCE,
+                 "floe.sasl.oauthbearer.iam.sts.endpoint": sts.endpoint_url}
+    built = iam_verifier_from_settings(lambda name: broker_setting(overrides, name), REGION)
+    token, _ = iam_token(AUDIENCE, REGION, sts.endpoint_url, session)
+    assert verify(built, token) == MOTO_CALLER
+    with pytest.raises(ValueError, match="audience"):
+        iam_verifier_from_settings(lambda name: broker_setting({}, name), REGION)
