@@ -296,8 +296,14 @@ class BrokerOverrides(Protocol):
 @dataclass(frozen=True, slots=True)
 class ConfigEntry:
     name: str
-    value: str
+    value: str | None  # None for a sensitive setting, whose value is never sent (Kafka's is_sensitive)
     source: int
+    sensitive: bool = False
+
+
+def is_sensitive(name: str) -> bool:
+    """Passwords and private keys (also as listener.name.<listener>.<setting>): DescribeConfigs hides them."""
+    return name.endswith(("password", "ssl.keystore.key", "sasl.jaas.config"))
 
 
 def parse_overrides(pairs: Iterable[str] | None, option: str | None = None) -> dict[str, str]:
@@ -376,7 +382,10 @@ def describe_broker_configs(overrides: Mapping[str, str], keys: set[str] | None)
         if keys is not None and name not in keys:
             continue
         source = SOURCE_STATIC_BROKER if name in overrides else SOURCE_DEFAULT
-        entries.append(ConfigEntry(name, broker_setting(overrides, name), source))
+        if is_sensitive(name):
+            entries.append(ConfigEntry(name, None, source, sensitive=True))
+        else:
+            entries.append(ConfigEntry(name, broker_setting(overrides, name), source))
     return entries
 
 

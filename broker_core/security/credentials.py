@@ -307,13 +307,17 @@ def _plan(entries: Sequence[tuple[str, int, Any]]) -> Mapping[str, UserChange | 
             outcome[user] = error
             continue
         upsertions, deletions = [], []
-        for code, upsertion in alterations:
-            mechanism = MECHANISM_BY_CODE[code]
-            if upsertion is None:
-                deletions.append(mechanism)
-            else:
-                upsertions.append(credential_from_salted_password(mechanism, upsertion.salt, upsertion.salted_password,
-                                                                  upsertion.iterations))
+        try:
+            for code, upsertion in alterations:
+                mechanism = MECHANISM_BY_CODE[code]
+                if upsertion is None:
+                    deletions.append(mechanism)
+                else:
+                    upsertions.append(credential_from_salted_password(
+                        mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations))
+        except ValueError:
+            outcome[user] = (ErrorCode.unacceptable_credential, "The salted password does not fit the mechanism")
+            continue
         outcome[user] = UserChange(user, tuple(upsertions), tuple(deletions))
     return outcome
 
@@ -335,9 +339,4 @@ def _user_error_of(user: str, alterations: Sequence[tuple[int, Any]]) -> tuple[E
         if not MIN_CLIENT_SALT_BYTES <= len(upsertion.salt) <= MAX_CLIENT_SALT_BYTES:
             return (ErrorCode.unacceptable_credential,
                     f"The salt must be {MIN_CLIENT_SALT_BYTES} to {MAX_CLIENT_SALT_BYTES} bytes")
-        try:
-            credential_from_salted_password(MECHANISM_BY_CODE[code], upsertion.salt, upsertion.salted_password,
-                                            upsertion.iterations)
-        except ValueError:
-            return ErrorCode.unacceptable_credential, "The salted password does not fit the mechanism"
     return None

@@ -729,7 +729,7 @@ class RequestHandlers:
                 continue
             result["configs"] = [
                 {"name": e.name, "value": e.value, "read_only": e.source != SOURCE_TOPIC,
-                 "config_source": e.source, "is_sensitive": False, "is_default": e.source == SOURCE_DEFAULT,
+                 "config_source": e.source, "is_sensitive": e.sensitive, "is_default": e.source == SOURCE_DEFAULT,
                  "synonyms": [], "config_type": 0, "documentation": None}
                 for e in entries
             ]

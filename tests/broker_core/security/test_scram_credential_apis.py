@@ -151,12 +151,14 @@ def floe_alter(stack: LocalStack, upsertions=(), deletions=()) -> dict:
 def test_the_same_user_and_mechanism_twice_and_unknown_mechanisms_are_refused(stack: LocalStack) -> None:
     salt, salted = bytes(range(32)), bytes(32)
     outcome = floe_alter(stack, upsertions=[("twice", 1, 4096, salt, salted), ("odd", 3, 4096, salt, salted),
-                                            ("short-salt", 1, 4096, b"x", salted), ("", 1, 4096, salt, salted)],
+                                            ("short-salt", 1, 4096, b"x", salted), ("", 1, 4096, salt, salted),
+                                            ("sha512-with-32-bytes", 2, 4096, salt, salted)],
                          deletions=[("twice", 1)])
     assert {user: code for user, (code, _) in outcome.items()} == {
         "twice": ErrorCode.duplicate_resource,
         "odd": ErrorCode.unsupported_sasl_mechanism,
         "short-salt": ErrorCode.unacceptable_credential,
+        "sha512-with-32-bytes": ErrorCode.unacceptable_credential,
         "": ErrorCode.unacceptable_credential,
     }
 
