@@ -13,15 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    NewTopic,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from broker_core.cli import main
@@ -50,12 +42,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         admin.create_topics([NewTopic(TOPIC, 1, 2)])[TOPIC].result(timeout=TIMEOUT_S)
         assert main(["users", "alter", "--stack", str(stack.directory), "--user", "alice",
                      "--add-config", f"SCRAM-SHA-512=[password={ALICE_PASSWORD}]"]) == 0
-        everything = [AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:alice", "*",
-                                 AclOperation.CLUSTER_ACTION, AclPermissionType.ALLOW),
-                      AclBinding(ResourceType.TOPIC, "*", ResourcePatternType.LITERAL, "User:alice", "*",
-                                 AclOperation.ALL, AclPermissionType.ALLOW)]
-        for future in admin.create_acls(everything, request_timeout=TIMEOUT_S).values():
-            future.result()
+        # The CLI reads the stack's client_config: it speaks as the admin super user.
+        assert main(["acls", "add", "--stack", str(stack.directory), "--allow-principal", "User:alice",
+                     "--operation", "ClusterAction", "--cluster"]) == 0
+        assert main(["acls", "add", "--stack", str(stack.directory), "--allow-principal", "User:alice",
+                     "--operation", "All", "--topic", "*"]) == 0
         yield stack
 
 
