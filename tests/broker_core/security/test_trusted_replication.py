@@ -1,6 +1,7 @@
 """Trusted replication on a real `--security sasl_ssl` stack with an authorizer: the brokers authenticate
 to each other as User:broker-1 and User:broker-2 (super users) and register as such; a client that
-authenticates as User:alice, even with ClusterAction, cannot pose as broker 2's follower.
+authenticates as User:alice, even with ClusterAction, cannot pose as broker 2's follower, nor write as
+(or fence) the admin's idempotent producer.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.messages import build_entity, request_class
+from broker_core.records import SimpleRecord, build_batch, parse_header
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
@@ -119,3 +121,33 @@ def test_a_client_with_cluster_action_cannot_fetch_as_another_brokers_follower(s
     finally:
         stack.kill_broker(follower, signal.SIGCONT)
     wait_until(lambda: high_watermark(stack, leader) == stalled + 1, "the real follower catches up", TIMEOUT_S)
+
+
+def test_a_client_cannot_write_as_or_fence_another_principals_idempotent_producer(stack: LocalStack) -> None:
+    leader = MetadataStore(stack.aws).get_partition(TOPIC, 0).leader
+    producer = Producer({**stack.client_config, "enable.idempotence": True})
+    delivered: list[Any] = []
+    producer.produce(TOPIC, b"admin's", partition=0, on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    producer.flush(TIMEOUT_S)
+    [(error, offset)] = delivered
+    assert error is None
+    fetched = as_alice(stack, leader, ApiKey.FETCH, 12, {
+        "replica_id": -1, "max_wait": datetime.timedelta(0), "min_bytes": 0, "max_bytes": 1 << 20,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+        "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+                                                    "last_fetched_epoch": -1, "log_start_offset": -1,
+                                                    "partition_max_bytes": 1 << 20}]}]})
+    admins = parse_header(bytes(fetched.responses[0].partitions[0].records))
+    assert admins.producer_id >= 0
+    # alice read admin's producer id from the log and writes as it, one epoch up, which would fence admin.
+    forged = build_batch([SimpleRecord(value=b"alice's")], producer_id=admins.producer_id,
+                         producer_epoch=admins.producer_epoch + 1, base_sequence=0)
+    answer = as_alice(stack, leader, ApiKey.PRODUCE, 9, {
+        "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=10),
+        "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": forged}]}]})
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.invalid_producer_id_mapping
+    # admin's producer is not fenced: its next record is delivered at its own epoch.
+    delivered.clear()
+    producer.produce(TOPIC, b"admin's again", partition=0, on_delivery=lambda err, msg: delivered.append((err, 0)))
+    producer.flush(TIMEOUT_S)
+    assert delivered == [(None, 0)]
