@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, respond
-from broker_core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from broker_core.security.acls import CLUSTER_NAME, VALID_OPERATIONS, AclOperation, ResourceType
 from broker_core.security.authorizer import Authorizer
 
 if TYPE_CHECKING:
@@ -126,3 +126,14 @@ def guard_credential_apis(handlers: Mapping[int, Handler], authorizer: Authorize
 
         guarded[api_key] = checked
     return guarded
+
+
+def authorized_operations(authorizer: Authorizer, request: Request, resource_type: ResourceType, name: str) -> int:
+    """Kafka's authorized-operations bitfield (Metadata, DescribeGroups): bit ``op`` is set for each
+    operation the resource type has that the principal may perform; every one without an authorizer."""
+    bits = 0
+    for operation in VALID_OPERATIONS[resource_type]:
+        if operation is not AclOperation.ALL and allowed(authorizer, request, operation, resource_type, name,
+                                                         log_denial=False):
+            bits |= 1 << operation
+    return bits

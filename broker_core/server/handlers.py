@@ -45,7 +45,7 @@ from broker_core.records.errors import (
     UnsupportedMagicError,
 )
 from broker_core.records.header import iter_headers
-from broker_core.security.acls import AclOperation, ResourceType
+from broker_core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from broker_core.security.producer_ids import owns_producer_id
 from broker_core.settings import (
     SOURCE_DEFAULT,
@@ -56,6 +56,7 @@ from broker_core.settings import (
 
 from .authorization import (
     allowed,
+    authorized_operations,
     cluster_allowed,
     idempotent_write_allowed,
     replica_request_allowed,
@@ -192,19 +193,27 @@ class RequestHandlers:
                     "isr_nodes": list(state.isr),
                     "offline_replicas": [r for r in state.replicas if r not in live],
                 })
-            topics.append({
+            topic = {
                 "error_code": ErrorCode.none, "name": name, "topic_id": uuid.UUID(described.topic_id),
                 "is_internal": False, "partitions": partitions,
-            })
+            }
+            if getattr(body, "include_topic_authorized_operations", False):
+                topic["topic_authorized_operations"] = authorized_operations(authorizer, request, ResourceType.TOPIC,
+                                                                             name)
+            topics.append(topic)
         brokers = [
             {"node_id": b.broker_id, "host": host, "port": port, "rack": b.rack}
             for b in sorted(image.live_brokers(), key=lambda b: b.broker_id)
             for host, port in [b.endpoint(request.listener_name)]
         ]
-        return respond(request, {
+        response = {
             "throttle_time": NO_THROTTLE, "brokers": brokers, "cluster_id": self.context.cluster_id,
             "controller_id": image.controller_id, "topics": topics,
-        })
+        }
+        if getattr(body, "include_cluster_authorized_operations", False):  # Metadata v8-v10
+            response["cluster_authorized_operations"] = authorized_operations(
+                authorizer, request, ResourceType.CLUSTER, CLUSTER_NAME)
+        return respond(request, response)
 
     # Produce -----------------------------------------------------------------------------------
 
