@@ -29,6 +29,7 @@ from broker_core.client import ClientSecurity, FloeClient, NoBrokersError
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import decode_response, encode_request
 from broker_core.protocol.messages import build_entity, request_class
+from broker_core.security.iam import iam_oauth_cb
 from broker_core.security.scram import ScramClient
 from broker_core.server.listeners import ListenerSpec, SecurityProtocol
 from broker_core.settings import ConfigError, broker_setting
@@ -281,7 +282,7 @@ def test_a_mechanism_not_enabled_is_answered_with_the_enabled_ones(stack):
     raw = RawKafka(stack)
     answer = raw.handshake("GSSAPI")
     assert answer.error_code == ErrorCode.unsupported_sasl_mechanism
-    assert set(answer.mechanisms) == {"SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"}
+    assert set(answer.mechanisms) == {"SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER"}
     assert raw.closed()
 
 
@@ -367,3 +368,28 @@ def test_describe_configs_never_sends_the_brokers_password(stack):
     assert password.is_sensitive and password.value is None
     assert configs["floe.inter.broker.sasl.username"].value == "broker-1"
     assert stack.secrets["broker-1"] not in repr({name: entry.value for name, entry in configs.items()})
+
+
+def iam_config(stack, audience: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap(stack), "security.protocol": "SASL_SSL", "ssl.ca.location": ca(stack),
+            "sasl.mechanisms": "OAUTHBEARER", "oauth_cb": iam_oauth_cb,
+            "sasl.oauthbearer.config": f"audience={audience} region={stack.region} sts_endpoint={stack.sts.endpoint_url}"}
+
+
+def test_confluent_kafka_authenticates_with_an_iam_token_checked_against_motos_sts(stack):
+    create_topic(stack.client_config, "iam")
+    producer = Producer(iam_config(stack, stack.iam_audience))
+    producer.produce("iam", b"signed by IAM")
+    assert producer.flush(30) == 0
+    log = stack.processes[1].log_path.read_text()
+    assert "authenticated as User:arn:aws:" in log and "with OAUTHBEARER" in log
+    assert consume(stack.client_config, "iam", 1) == [b"signed by IAM"]
+
+
+def test_an_iam_token_for_another_audience_is_refused(stack):
+    errors: list[str] = []
+    admin = AdminClient({**iam_config(stack, "another-cluster"), "error_cb": lambda e: errors.append(e.str())})
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    admin.poll(1)
+    assert any("SASL authentication error" in error for error in errors)
