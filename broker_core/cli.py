@@ -64,6 +64,10 @@ def _local_up(args: argparse.Namespace) -> int:
 
 
 def _local_demo(args: argparse.Namespace) -> int:
+    if args.security == "sasl_ssl":
+        from broker_core.secured_demo import run_secured_demo
+
+        return run_secured_demo(args.data_dir)
     from broker_core.demo import run_demo
 
     return run_demo(args.size, args.data_dir)
@@ -338,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="full: about 200k records over HTTP and 1M over Kafka; small: a quick run of the same steps")
     demo.add_argument("--data-dir", type=Path, default=Path(".floe/demo"),
                       help="where the demo's stack lives (emptied first)")
+    demo.add_argument("--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
+                      help="sasl_ssl: the secured run instead (TLS, SCRAM-SHA-512, produce and consume with "
+                           "confluent-kafka configured from stack.json's client_config)")
     demo.set_defaults(func=_local_demo)
 
     cluster = argparse.ArgumentParser(add_help=False)
