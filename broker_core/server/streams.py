@@ -115,28 +115,39 @@ class TlsStream:
         return True
 
     async def _flush(self) -> None:
+        if not self._outgoing.pending and not self._send_lock.locked():
+            return
         async with self._send_lock:
             data = self._outgoing.read()
             if data:
                 await self.loop.sock_sendall(self.sock, data)
 
     async def recv_into(self, buffer: memoryview) -> int:
-        """Decrypt into ``buffer``; 0 at the end of the stream."""
-        while True:
+        """Decrypt into ``buffer`` as much as has arrived (at least one byte); 0 at the end of the stream.
+
+        One `read` yields at most one TLS record (16 KiB), so records are read until the buffer is full
+        or none is left: the connection then handles as many bytes per wake-up as on a plain socket."""
+        filled, size = 0, len(buffer)
+        while filled < size:
             try:
-                received = self._tls.read(len(buffer), buffer)
+                received = self._tls.read(size - filled, buffer[filled:])
             except ssl.SSLWantReadError:
+                if filled:
+                    break
                 await self._flush()
                 if not await self._receive():
                     return 0
                 continue
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                return 0
+                break
             except ssl.SSLError as exc:
                 raise ConnectionError(f"TLS record failed: {exc.reason or exc}") from None
-            if self._outgoing.pending:
-                await self._flush()
-            return received
+            if received == 0:
+                break
+            filled += received
+        if self._outgoing.pending:
+            await self._flush()
+        return filled
 
     async def send(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
