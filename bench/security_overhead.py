@@ -16,6 +16,9 @@ goes first from run to run.
   as a long-running client could), so its per-login CPU is TLS and a few HMACs, and the figure is
   bounded by the broker (and by TLS on both sides sharing the machine's 2 cores).
 
+Throughput on a shared machine swings with the neighbours' load, so each run also records the broker
+process's CPU time (user + system) per record for each side, which the load moves much less.
+
 Medians over ``--runs`` go to bench/results/security_overhead.json.
 
     .venv/bin/python bench/security_overhead.py [--runs 3] [--records 200000] [--handshakes 300]
@@ -41,6 +44,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+import psutil  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -104,10 +108,17 @@ def create_topic(config: dict[str, str], topic: str) -> None:
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
 
 
-def produce(config: dict[str, str], topic: str, records: int) -> float:
+def broker_cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def produce(config: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float]:
+    """(records per second, broker CPU microseconds per record)."""
     create_topic(config, topic)
     producer = Producer({**config, **PRODUCER_SETTINGS})
     value = b"v" * VALUE_BYTES
+    cpu = broker_cpu_s(pid)
     started = time.perf_counter()
     for _ in range(records):
         while True:
@@ -118,19 +129,22 @@ def produce(config: dict[str, str], topic: str, records: int) -> float:
                 producer.poll(0.001)
     if producer.flush(300) != 0:
         raise RuntimeError("the producer did not deliver every record")
-    return records / (time.perf_counter() - started)
+    return records / (time.perf_counter() - started), (broker_cpu_s(pid) - cpu) / records * 1e6
 
 
-def fetch(config: dict[str, str], topic: str, records: int) -> float:
+def fetch(config: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float]:
+    """(records per second, broker CPU microseconds per record)."""
     consumer = Consumer({**config, "group.id": "security-bench", "enable.auto.commit": False, **CONSUMER_SETTINGS})
     consumer.assign([TopicPartition(topic, 0, 0)])
     received = 0
+    cpu = broker_cpu_s(pid)
     started = time.perf_counter()
     while received < records:
         received += sum(1 for m in consumer.consume(num_messages=100_000, timeout=1.0) if m.error() is None)
     elapsed = time.perf_counter() - started
+    used = broker_cpu_s(pid) - cpu
     consumer.close()
-    return records / elapsed
+    return records / elapsed, used / records * 1e6
 
 
 class CachedScramLogin:
@@ -203,22 +217,29 @@ async def handshakes(listeners: Listeners, count: int) -> dict[str, float]:
             "per_second": completed / (time.perf_counter() - started)}
 
 
-def one_run(number: int, listeners: Listeners, records: int, handshake_count: int) -> dict[str, Any]:
+def one_run(number: int, listeners: Listeners, records: int, handshake_count: int, pid: int) -> dict[str, Any]:
     order = ("PLAINTEXT", "SASL_SSL") if number % 2 == 0 else ("SASL_SSL", "PLAINTEXT")
-    produced = {name: produce(listeners.config[name], f"produce-{name.lower()}-{number}", records) for name in order}
+    produce_runs = {name: produce(listeners.config[name], f"produce-{name.lower()}-{number}", records, pid)
+                    for name in order}
     fetch_order = ("PLAINTEXT", "SSL") if number % 2 == 0 else ("SSL", "PLAINTEXT")
     topic = f"produce-plaintext-{number}"
-    fetched = {name: fetch(listeners.config[name], topic, records) for name in fetch_order}
+    fetch_runs = {name: fetch(listeners.config[name], topic, records, pid) for name in fetch_order}
     setup = asyncio.run(handshakes(listeners, handshake_count))
+    produced = {name: rate for name, (rate, _) in produce_runs.items()}
+    fetched = {name: rate for name, (rate, _) in fetch_runs.items()}
     result = {
         "produce_records_per_s": produced, "produce_ratio": produced["SASL_SSL"] / produced["PLAINTEXT"],
+        "produce_broker_cpu_us_per_record": {name: cpu for name, (_, cpu) in produce_runs.items()},
         "fetch_records_per_s": fetched, "fetch_ratio": fetched["SSL"] / fetched["PLAINTEXT"],
+        "fetch_broker_cpu_us_per_record": {name: cpu for name, (_, cpu) in fetch_runs.items()},
         "scram_handshake": setup, "cpu_pressure_avg10": cpu_pressure(),
     }
     print(f"run {number}: produce SASL_SSL/PLAINTEXT {result['produce_ratio']:.2f} "
           f"({produced['SASL_SSL']:,.0f} / {produced['PLAINTEXT']:,.0f} records/s), fetch SSL/PLAINTEXT "
           f"{result['fetch_ratio']:.2f} ({fetched['SSL']:,.0f} / {fetched['PLAINTEXT']:,.0f} records/s), "
-          f"SCRAM login p50 {setup['p50_ms']:.1f} ms p99 {setup['p99_ms']:.1f} ms, {setup['per_second']:.0f}/s",
+          f"SCRAM login p50 {setup['p50_ms']:.1f} ms p99 {setup['p99_ms']:.1f} ms, {setup['per_second']:.0f}/s; "
+          f"broker CPU us/record produce {result['produce_broker_cpu_us_per_record']}, "
+          f"fetch {result['fetch_broker_cpu_us_per_record']}",
           flush=True)
     return result
 
@@ -232,7 +253,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="floe-security-bench-") as directory:
         stack, listeners = start_stack(Path(directory))
         try:
-            runs = [one_run(number, listeners, args.records, args.handshakes) for number in range(args.runs)]
+            pid = stack.processes[1].pid
+            runs = [one_run(number, listeners, args.records, args.handshakes, pid) for number in range(args.runs)]
         finally:
             stack.stop(save_state=False)
 
@@ -254,6 +276,9 @@ def main() -> None:
             "scram_sha_512_login_p50_ms": median("scram_handshake", "p50_ms"),
             "scram_sha_512_login_p99_ms": median("scram_handshake", "p99_ms"),
             "scram_sha_512_logins_per_s": median("scram_handshake", "per_second"),
+            **{f"{kind}_broker_cpu_us_per_record_{name.lower()}": median(f"{kind}_broker_cpu_us_per_record", name)
+               for kind, names in (("produce", ("PLAINTEXT", "SASL_SSL")), ("fetch", ("PLAINTEXT", "SSL")))
+               for name in names},
         },
         "goals": {"produce_ratio": 0.7, "fetch_ratio": 0.5},
         "runs": runs,

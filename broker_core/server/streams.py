@@ -18,6 +18,7 @@ import ssl
 
 RECV_BYTES = 256 * 1024
 FILE_CHUNK_BYTES = 1024 * 1024
+TLS_RECV_BYTES = 64 * 1024  # per TLS connection, beside the request decoder's staging buffer
 
 
 async def _wait_writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
@@ -79,6 +80,9 @@ class TlsStream:
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self._send_lock = asyncio.Lock()
+        # Ciphertext is received into one buffer per connection, then copied into the BIO.
+        self._ciphertext = bytearray(TLS_RECV_BYTES)
+        self._ciphertext_view = memoryview(self._ciphertext)
 
     async def handshake(self, timeout_s: float) -> None:
         """Complete the TLS handshake within ``timeout_s``; TlsHandshakeError saying why not otherwise."""
@@ -107,11 +111,11 @@ class TlsStream:
         return self._tls.getpeercert(binary_form=True)
 
     async def _receive(self) -> bool:
-        data = await self.loop.sock_recv(self.sock, RECV_BYTES)
-        if not data:
+        received = await self.loop.sock_recv_into(self.sock, self._ciphertext)
+        if not received:
             self._incoming.write_eof()
             return False
-        self._incoming.write(data)
+        self._incoming.write(self._ciphertext_view[:received])
         return True
 
     async def _flush(self) -> None:
