@@ -10,6 +10,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -393,3 +394,16 @@ def test_an_iam_token_for_another_audience_is_refused(stack):
         admin.list_topics(timeout=5)
     admin.poll(1)
     assert any("SASL authentication error" in error for error in errors)
+
+
+def test_the_readme_commands_work_against_a_sasl_ssl_stack(stack):
+    def floe(*args: str, stdin: bytes | None = None) -> str:
+        result = subprocess.run([sys.executable, "-m", "broker_core.cli", *args, "--stack", str(stack.directory)],
+                                input=stdin, capture_output=True, timeout=120)
+        assert result.returncode == 0, result.stderr.decode()
+        return result.stdout.decode()
+
+    floe("topics", "create", "orders", "--partitions", "2", "--replication-factor", "1")
+    floe("produce", "orders", "--key-separator", ":", stdin=b"k1:hello\nk2:world\n")
+    consumed = floe("consume", "orders", "--from-beginning", "--timeout", "5")
+    assert set(consumed.splitlines()) == {"k1\thello", "k2\tworld"}, consumed
