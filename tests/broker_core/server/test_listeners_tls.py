@@ -127,3 +127,18 @@ def test_a_client_certificate_stands_for_its_subject_as_kafka_prints_it():
     ca = create_ca()
     certificate, _ = issue(ca, "client", organization="Floe")
     assert certificate_principal(certificate.public_bytes(Encoding.DER)) == "User:CN=client,O=Floe"
+
+
+def test_an_ssl_stack_replicates_between_brokers_over_tls(tmp_path):
+    with running_stack(tmp_path, brokers=2, security="ssl") as stack:
+        config = {**stack.client_config, "acks": "all"}
+        admin = AdminClient(stack.client_config)
+        admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(30)
+        producer = Producer(config)
+        for i in range(100):
+            producer.produce("replicated", str(i).encode())
+        assert producer.flush(30) == 0  # acks=all: the follower fetched every record over TLS
+        metadata = admin.list_topics(timeout=30).topics["replicated"].partitions[0]
+        assert sorted(metadata.isrs) == [1, 2]
+        assert stack.client_config["security.protocol"] == "SSL"
+        assert all(set(b.listeners) == {"SSL"} for b in stack.processes.values())
