@@ -407,3 +407,24 @@ def test_the_readme_commands_work_against_a_sasl_ssl_stack(stack):
     floe("produce", "orders", "--key-separator", ":", stdin=b"k1:hello\nk2:world\n")
     consumed = floe("consume", "orders", "--from-beginning", "--timeout", "5")
     assert set(consumed.splitlines()) == {"k1\thello", "k2\tworld"}, consumed
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.binary(min_size=8, max_size=400), api_key=st.sampled_from([ApiKey.SASL_HANDSHAKE,
+                                                                          ApiKey.SASL_AUTHENTICATE,
+                                                                          ApiKey.METADATA, ApiKey.PRODUCE]))
+def test_arbitrary_frames_before_authentication_never_get_past_the_gate(stack, body, api_key):
+    bystander = RawKafka(stack)
+    bystander.login(stack)
+    raw = RawKafka(stack)
+    frame = struct.pack(">h", api_key) + body[2:]
+    raw.sock.sendall(struct.pack(">i", len(frame)) + frame)
+    answer = raw.receive_frame()
+    if api_key in (ApiKey.METADATA, ApiKey.PRODUCE):
+        assert answer is None  # closed unanswered, whatever the bytes
+    if answer is not None:  # a SASL request that decoded: answered, and the connection is still gated
+        assert raw.metadata() is None
+    assert raw.closed()
+    raw.close()
+    assert len(bystander.metadata().brokers) == 1
+    bystander.close()
