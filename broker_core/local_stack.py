@@ -10,7 +10,9 @@ With ``security="ssl"`` or ``"sasl_ssl"`` (`floe local up --security`) the broke
 SASL_SSL listener, which is also their inter-broker listener. The stack makes a CA and a certificate per
 broker under `<dir>/tls/` (`ca.pem`, `broker-<id>.pem`; keys mode 0600) and, in sasl_ssl, SCRAM-SHA-512
 credentials in the `scram_credentials` table for a super user (`admin`) and for each broker (`broker-<id>`),
-which brokers authenticate to each other with; `super.users` names them all. Passwords are made once and kept
+which brokers authenticate to each other with; `super.users` names them all. Its SASL_SSL listener
+also takes OAUTHBEARER with IAM tokens checked against a moto STS server of its own (audience
+`iam_audience`, endpoint `sts_endpoint` in stack.json). Passwords are made once and kept
 in `<dir>/tls/secrets.json` (mode 0600), so a restarted stack keeps its CA, certificates and users.
 stack.json then holds ``"security"`` and ``"client_config"``: the librdkafka properties of the super user
 (`bootstrap.servers`, `security.protocol`, `ssl.ca.location`, `sasl.mechanisms`, `sasl.username`,
@@ -96,6 +98,7 @@ class LocalStack:
     http_url: str | None = None
     security: str = "plaintext"
     secrets: dict[str, str] = field(default_factory=dict)  # user -> password (sasl_ssl)
+    sts: MotoServer | None = None  # moto's STS alone, which verifies IAM tokens (sasl_ssl)
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).resolve()
@@ -145,13 +148,20 @@ class LocalStack:
         }
         if self.security == "sasl_ssl":
             overrides |= {
-                "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER",
+                "floe.sasl.oauthbearer.iam.audience": self.iam_audience,
+                "floe.sasl.oauthbearer.iam.sts.endpoint": self.sts.endpoint_url if self.sts else "",
                 "floe.inter.broker.sasl.mechanism": SCRAM_MECHANISM,
                 "floe.inter.broker.sasl.username": f"broker-{broker_id}",
                 "floe.inter.broker.sasl.password": self.secrets[f"broker-{broker_id}"],
                 "super.users": ";".join(f"User:{user}" for user in self.secrets),
             }
         return overrides
+
+    @property
+    def iam_audience(self) -> str:
+        """The audience IAM OAUTHBEARER tokens for this stack are signed for (sasl_ssl)."""
+        return f"floe-local-{self.table_prefix.strip('-') or 'floe'}"
 
     @property
     def client_config(self) -> dict[str, str]:
@@ -187,6 +197,7 @@ class LocalStack:
             self._prepare_security()
             if self.security == "sasl_ssl":
                 self._create_users()
+                self.sts = start_moto_server(self.host, 0, log_path=self.directory / "logs" / "sts.log", service="sts")
             for broker_id in range(1, self.brokers + 1):
                 self.start_broker(broker_id)
             for broker_id in self.processes:
@@ -217,6 +228,9 @@ class LocalStack:
                 self.save_state()
             self.moto.stop()
             self.moto = None
+        if self.sts is not None:
+            self.sts.stop()
+            self.sts = None
 
     def __enter__(self) -> LocalStack:
         self.start()
@@ -340,6 +354,8 @@ class LocalStack:
             "security": self.security,
             "client_config": self.client_config,
         }
+        if self.sts is not None:
+            info["iam"] = {"audience": self.iam_audience, "region": self.region, "sts_endpoint": self.sts.endpoint_url}
         if self.http_url is not None:
             info["http"] = {"url": self.http_url, "token": self.http_token}
         return info

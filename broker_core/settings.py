@@ -217,6 +217,9 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("ssl.client.auth", _STRING, "none",
             "none, requested or required: whether TLS clients are asked for a certificate; with one, the "
             "principal is User:<its subject, RFC 2253>."),
+    _broker("ssl.endpoint.identification.algorithm", _STRING, "https",
+            "https: a broker checks that a peer broker's certificate names the host it connects to; empty: it "
+            "checks the certificate chain only."),
     _broker("ssl.handshake.timeout.ms", _INT, 10000,
             "A TLS handshake not complete after this long closes the connection."),
     _broker("sasl.enabled.mechanisms", _STRING, "GSSAPI",

@@ -121,9 +121,14 @@ def server_context(get: Settings) -> ssl.SSLContext:
 
 def client_context(get: Settings) -> ssl.SSLContext:
     """The TLS context of this broker's connections to other brokers: it checks their certificates
-    against its truststore (the system's CAs without one) and shows its keystore's certificate, if any."""
+    against its truststore (the system's CAs without one) and, unless `ssl.endpoint.identification.algorithm`
+    is empty, that they name the host connected to; it shows its keystore's certificate, if any."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # checks the certificate and the host name
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    algorithm = get("ssl.endpoint.identification.algorithm").strip().lower()
+    if algorithm not in ("https", ""):
+        raise ConfigError(f"ssl.endpoint.identification.algorithm must be https or empty, got {algorithm!r}")
+    context.check_hostname = algorithm == "https"
     if not _load_truststore(context, get):
         context.load_default_certs()
     pem = _keystore_pem(get)

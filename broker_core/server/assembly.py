@@ -21,6 +21,7 @@ from broker_core.replication.fetcher import ReplicaFetcherManager
 from broker_core.replication.isr import IsrManager
 from broker_core.security.acl_service import AclService
 from broker_core.security.credentials import ScramCredentialAdmin, ScramCredentialStore
+from broker_core.security.iam import iam_verifier_from_settings, parse_oauthbearer
 from broker_core.security.scram import CredentialLookup
 from broker_core.security.tls import server_context
 from broker_core.settings import ConfigError
@@ -83,7 +84,7 @@ def build_listeners(config: BrokerConfig, handlers: RequestHandlers, lookup: Cre
             name=spec.name, protocol=spec.security_protocol,
             ssl_context=server_context(setting) if spec.security_protocol.tls else None,
             handshake_timeout_s=int(setting("ssl.handshake.timeout.ms")) / 1000,
-            sasl=sasl_config(spec, setting, lookup) if spec.security_protocol.sasl else None,
+            sasl=sasl_config(spec, setting, lookup, config.aws.region) if spec.security_protocol.sasl else None,
         )
         listener = KafkaListener(handlers, spec.host, spec.port, limits, security, shared_with=first)
         first = first or listener
@@ -106,7 +107,10 @@ def announce_metadata_change(broker: Broker) -> Callable[[], Awaitable[None]]:
     return announce
 
 
-def sasl_config(spec: ListenerSpec, setting: Callable[[str], str], lookup: CredentialLookup) -> SaslConfig:
+def sasl_config(spec: ListenerSpec, setting: Callable[[str], str], lookup: CredentialLookup,
+                region: str = "us-east-1") -> SaslConfig:
+    """A SASL listener's mechanisms and checks: SCRAM and PLAIN against ``lookup``, OAUTHBEARER against
+    STS (`floe.sasl.oauthbearer.iam.*`)."""
     mechanisms = tuple(m.strip().upper() for m in setting("sasl.enabled.mechanisms").split(",") if m.strip())
     if "PLAIN" in mechanisms and not spec.security_protocol.tls:
         raise ConfigError(f"listener {spec.name}: PLAIN sends passwords as they are, so it is enabled on SASL_SSL "
@@ -114,5 +118,14 @@ def sasl_config(spec: ListenerSpec, setting: Callable[[str], str], lookup: Crede
     if "GSSAPI" in mechanisms:
         raise ConfigError(f"listener {spec.name}: GSSAPI (Kerberos) is not supported; set sasl.enabled.mechanisms "
                           "to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+    verify_token = None
+    if "OAUTHBEARER" in mechanisms:
+        if not setting("floe.sasl.oauthbearer.iam.audience"):
+            raise ConfigError(f"listener {spec.name}: OAUTHBEARER needs floe.sasl.oauthbearer.iam.audience")
+        verifier = iam_verifier_from_settings(setting, region)
+
+        async def verify_token(message: bytes) -> str:
+            return await verifier.verify(parse_oauthbearer(message))
+
     return SaslConfig(mechanisms, lookup, reauth_ms=int(setting("connections.max.reauth.ms")),
-                      max_receive_bytes=int(setting("sasl.server.max.receive.size")))
+                      max_receive_bytes=int(setting("sasl.server.max.receive.size")), verify_token=verify_token)

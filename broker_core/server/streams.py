@@ -18,6 +18,7 @@ import ssl
 
 RECV_BYTES = 256 * 1024
 FILE_CHUNK_BYTES = 1024 * 1024
+TLS_RECV_BYTES = 64 * 1024  # per TLS connection, beside the request decoder's staging buffer
 
 
 async def _wait_writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
@@ -79,6 +80,9 @@ class TlsStream:
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self._send_lock = asyncio.Lock()
+        # Ciphertext is received into one buffer per connection, then copied into the BIO.
+        self._ciphertext = bytearray(TLS_RECV_BYTES)
+        self._ciphertext_view = memoryview(self._ciphertext)
 
     async def handshake(self, timeout_s: float) -> None:
         """Complete the TLS handshake within ``timeout_s``; TlsHandshakeError saying why not otherwise."""
@@ -107,36 +111,47 @@ class TlsStream:
         return self._tls.getpeercert(binary_form=True)
 
     async def _receive(self) -> bool:
-        data = await self.loop.sock_recv(self.sock, RECV_BYTES)
-        if not data:
+        received = await self.loop.sock_recv_into(self.sock, self._ciphertext)
+        if not received:
             self._incoming.write_eof()
             return False
-        self._incoming.write(data)
+        self._incoming.write(self._ciphertext_view[:received])
         return True
 
     async def _flush(self) -> None:
+        if not self._outgoing.pending and not self._send_lock.locked():
+            return
         async with self._send_lock:
             data = self._outgoing.read()
             if data:
                 await self.loop.sock_sendall(self.sock, data)
 
     async def recv_into(self, buffer: memoryview) -> int:
-        """Decrypt into ``buffer``; 0 at the end of the stream."""
-        while True:
+        """Decrypt into ``buffer`` as much as has arrived (at least one byte); 0 at the end of the stream.
+
+        One `read` yields at most one TLS record (16 KiB), so records are read until the buffer is full
+        or none is left: the connection then handles as many bytes per wake-up as on a plain socket."""
+        filled, size = 0, len(buffer)
+        while filled < size:
             try:
-                received = self._tls.read(len(buffer), buffer)
+                received = self._tls.read(size - filled, buffer[filled:])
             except ssl.SSLWantReadError:
+                if filled:
+                    break
                 await self._flush()
                 if not await self._receive():
                     return 0
                 continue
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                return 0
+                break
             except ssl.SSLError as exc:
                 raise ConnectionError(f"TLS record failed: {exc.reason or exc}") from None
-            if self._outgoing.pending:
-                await self._flush()
-            return received
+            if received == 0:
+                break
+            filled += received
+        if self._outgoing.pending:
+            await self._flush()
+        return filled
 
     async def send(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)

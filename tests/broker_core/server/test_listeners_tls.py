@@ -15,7 +15,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from broker_core.security.certificates import create_ca, issue, keystore_pem, write_private
-from broker_core.security.tls import certificate_principal
+from broker_core.security.tls import certificate_principal, client_context
+from broker_core.settings import ConfigError, broker_setting
 from tests.support.sockets import closed_by_broker
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
@@ -127,3 +128,29 @@ def test_a_client_certificate_stands_for_its_subject_as_kafka_prints_it():
     ca = create_ca()
     certificate, _ = issue(ca, "client", organization="Floe")
     assert certificate_principal(certificate.public_bytes(Encoding.DER)) == "User:CN=client,O=Floe"
+
+
+def test_an_ssl_stack_replicates_between_brokers_over_tls(tmp_path):
+    with running_stack(tmp_path, brokers=2, security="ssl") as stack:
+        config = {**stack.client_config, "acks": "all"}
+        admin = AdminClient(stack.client_config)
+        admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(30)
+        producer = Producer(config)
+        for i in range(100):
+            producer.produce("replicated", str(i).encode())
+        assert producer.flush(30) == 0  # acks=all: the follower fetched every record over TLS
+        metadata = admin.list_topics(timeout=30).topics["replicated"].partitions[0]
+        assert sorted(metadata.isrs) == [1, 2]
+        assert stack.client_config["security.protocol"] == "SSL"
+        assert all(set(b.listeners) == {"SSL"} for b in stack.processes.values())
+
+
+def test_a_broker_checks_its_peers_host_names_unless_told_not_to(pki):
+    def context(**settings: str):
+        overrides = {"ssl.truststore.location": str(pki["ca"]), **settings}
+        return client_context(lambda name: broker_setting(overrides, name))
+
+    assert context().check_hostname
+    assert not context(**{"ssl.endpoint.identification.algorithm": ""}).check_hostname
+    with pytest.raises(ConfigError, match="ssl.endpoint.identification.algorithm"):
+        context(**{"ssl.endpoint.identification.algorithm": "ldap"})
