@@ -47,6 +47,7 @@ lint: $(STAMP)
 
 demo: $(STAMP) $(SYSSTAMP)
 	$(VENV)/bin/floe local demo
+	$(VENV)/bin/floe local demo --security sasl_ssl --data-dir .floe/demo-secured
 
 bench: $(STAMP) $(SYSSTAMP)
 	$(PY) bench/log_append.py

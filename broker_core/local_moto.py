@@ -79,12 +79,25 @@ def _answers_http(url: str) -> bool:
         return False
 
 
-def _launch(host: str, port: int, log_path: Path | None) -> MotoServer | None:
+# moto 5's server dispatches a request without an Authorization header (a presigned URL) by guesswork
+# and hands a presigned sts:GetCallerIdentity to S3; moto's own single-service app serves it right.
+_SINGLE_SERVICE = ("import sys; from moto.moto_server.werkzeug_app import create_backend_app; "
+                   "from werkzeug.serving import run_simple; "
+                   "run_simple(sys.argv[1], int(sys.argv[2]), create_backend_app(sys.argv[3]), threaded=True)")
+
+
+def _command(host: str, port: int, service: str | None) -> list[str]:
+    if service is None:
+        return [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)]
+    return [sys.executable, "-c", _SINGLE_SERVICE, host, str(port), service]
+
+
+def _launch(host: str, port: int, log_path: Path | None, service: str | None = None) -> MotoServer | None:
     """Start moto on one port; None if it exited during start-up (port taken)."""
     log_file = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
+            _command(host, port, service),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -107,17 +120,18 @@ def _launch(host: str, port: int, log_path: Path | None) -> MotoServer | None:
 
 
 def start_moto_server(
-    host: str = "127.0.0.1", port: int = 0, log_path: str | Path | None = None
+    host: str = "127.0.0.1", port: int = 0, log_path: str | Path | None = None, *, service: str | None = None
 ) -> MotoServer:
     """Start moto in server mode on host:port (0 = a free port) and wait until it answers HTTP.
 
-    Output of the moto process goes to ``log_path`` (appended) or is discarded.
+    Output of the moto process goes to ``log_path`` (appended) or is discarded. With ``service``
+    (``"sts"``) the process serves that one moto service at every path (see ``_SINGLE_SERVICE``).
     """
     log = Path(log_path) if log_path is not None else None
     attempts = _START_ATTEMPTS if port == 0 else 1
     for _ in range(attempts):
         chosen = port if port != 0 else _free_port(host)
-        server = _launch(host, chosen, log)
+        server = _launch(host, chosen, log, service)
         if server is not None:
             return server
     raise MotoServerStartError(host, port, "the moto process exited during start-up (is the port in use?)")

@@ -6,6 +6,18 @@ Once every broker answers, `stack.json` in the stack directory tells clients whe
 With ``http=True`` the stack also runs the front ends' local HTTP adapter (`functions.local_adapter`)
 and stack.json gains ``"http": {"url", "token"}``: the token is a fresh random bearer token.
 
+With ``security="ssl"`` or ``"sasl_ssl"`` (`floe local up --security`) the brokers listen on one SSL or
+SASL_SSL listener, which is also their inter-broker listener. The stack makes a CA and a certificate per
+broker under `<dir>/tls/` (`ca.pem`, `broker-<id>.pem`; keys mode 0600) and, in sasl_ssl, SCRAM-SHA-512
+credentials in the `scram_credentials` table for a super user (`admin`) and for each broker (`broker-<id>`),
+which brokers authenticate to each other with; `super.users` names them all. Its SASL_SSL listener
+also takes OAUTHBEARER with IAM tokens checked against a moto STS server of its own (audience
+`iam_audience`, endpoint `sts_endpoint` in stack.json). Passwords are made once and kept
+in `<dir>/tls/secrets.json` (mode 0600), so a restarted stack keeps its CA, certificates and users.
+stack.json then holds ``"security"`` and ``"client_config"``: the librdkafka properties of the super user
+(`bootstrap.servers`, `security.protocol`, `ssl.ca.location`, `sasl.mechanisms`, `sasl.username`,
+`sasl.password`), which confluent-kafka and `kcat -X` take as they are, and which the `floe` commands read.
+
 moto keeps its state in memory, so the stack saves the DynamoDB tables under its prefix and the
 bucket's objects into `<dir>/aws-state/` when it stops (and every `snapshot_interval_s` while it
 runs) and loads them back when it starts again on the same directory; the brokers' logs live in
@@ -29,8 +41,12 @@ from typing import Any
 import boto3
 
 from broker_core.aws import AwsSettings
+from broker_core.client.security import PLAINTEXT, ClientSecurity
 from broker_core.local_moto import MotoServer, start_moto_server
 from broker_core.metadata.store import MetadataStore
+from broker_core.security.certificates import create_ca, issue, keystore_pem, write_private
+from broker_core.security.credentials import ScramCredentialStore, UserChange
+from broker_core.security.scram import make_credential
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +55,9 @@ STACK_FILE = "stack.json"
 _BROKER_READY_TIMEOUT_S = 60.0
 _BROKER_STOP_TIMEOUT_S = 20.0
 _HTTP_READY_TIMEOUT_S = 60.0
+SECURITY_MODES = ("plaintext", "ssl", "sasl_ssl")
+SUPER_USER = "admin"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
 
 
 class StackError(RuntimeError):
@@ -52,6 +71,7 @@ class BrokerProcess:
     log_path: Path
     process: subprocess.Popen | None = None
     port: int = 0
+    listeners: dict[str, int] = field(default_factory=dict)  # listener name -> port, from its ready file
 
     @property
     def pid(self) -> int:
@@ -76,9 +96,84 @@ class LocalStack:
     http_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     http_process: subprocess.Popen | None = None
     http_url: str | None = None
+    security: str = "plaintext"
+    secrets: dict[str, str] = field(default_factory=dict)  # user -> password (sasl_ssl)
+    sts: MotoServer | None = None  # moto's STS alone, which verifies IAM tokens (sasl_ssl)
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).resolve()
+        if self.security not in SECURITY_MODES:
+            raise StackError(f"security must be one of {', '.join(SECURITY_MODES)}, got {self.security!r}")
+
+    # security ----------------------------------------------------------------------------------
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.directory / "tls"
+
+    def _prepare_security(self) -> None:
+        """CA, broker certificates and (sasl_ssl) passwords, made once per stack directory."""
+        if self.security == "plaintext":
+            return
+        ca_path = self.tls_dir / "ca.pem"
+        if not ca_path.exists():
+            ca = create_ca()
+            for broker_id in range(1, self.brokers + 1):
+                certificate, key = issue(ca, f"broker-{broker_id}", (self.host, "localhost"))
+                write_private(self.tls_dir / f"broker-{broker_id}.pem", keystore_pem(ca, certificate, key))
+            write_private(self.tls_dir / "ca.pem", ca.pem)
+        if self.security == "sasl_ssl":
+            secrets_path = self.tls_dir / "secrets.json"
+            known = json.loads(secrets_path.read_text()) if secrets_path.exists() else {}
+            users = [SUPER_USER, *(f"broker-{b}" for b in range(1, self.brokers + 1))]
+            self.secrets = {user: known.get(user) or secrets.token_urlsafe(24) for user in users}
+            write_private(secrets_path, json.dumps(self.secrets).encode())
+
+    def _create_users(self) -> None:
+        """The super user's and the brokers' SCRAM credentials, before any broker starts."""
+        store = ScramCredentialStore(self.aws)
+        store.ensure_table()
+        for user, password in self.secrets.items():
+            store.alter(UserChange(user, (make_credential(SCRAM_MECHANISM, password),), ()))
+
+    def _security_overrides(self, broker_id: int, port: int) -> dict[str, str]:
+        if self.security == "plaintext":
+            return {}
+        listener = "SSL" if self.security == "ssl" else "SASL_SSL"
+        overrides = {
+            "listeners": f"{listener}://{self.host}:{port}",
+            "inter.broker.listener.name": listener,
+            "ssl.keystore.location": str(self.tls_dir / f"broker-{broker_id}.pem"),
+            "ssl.truststore.location": str(self.tls_dir / "ca.pem"),
+        }
+        if self.security == "sasl_ssl":
+            overrides |= {
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER",
+                "floe.sasl.oauthbearer.iam.audience": self.iam_audience,
+                "floe.sasl.oauthbearer.iam.sts.endpoint": self.sts.endpoint_url if self.sts else "",
+                "floe.inter.broker.sasl.mechanism": SCRAM_MECHANISM,
+                "floe.inter.broker.sasl.username": f"broker-{broker_id}",
+                "floe.inter.broker.sasl.password": self.secrets[f"broker-{broker_id}"],
+                "super.users": ";".join(f"User:{user}" for user in self.secrets),
+            }
+        return overrides
+
+    @property
+    def iam_audience(self) -> str:
+        """The audience IAM OAUTHBEARER tokens for this stack are signed for (sasl_ssl)."""
+        return f"floe-local-{self.table_prefix.strip('-') or 'floe'}"
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """librdkafka properties for the super user: what confluent-kafka and `kcat -X` take."""
+        config = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security == "ssl":
+            config |= {"security.protocol": "SSL", "ssl.ca.location": str(self.tls_dir / "ca.pem")}
+        elif self.security == "sasl_ssl":
+            config |= {"security.protocol": "SASL_SSL", "ssl.ca.location": str(self.tls_dir / "ca.pem"),
+                       "sasl.mechanisms": SCRAM_MECHANISM, "sasl.username": SUPER_USER,
+                       "sasl.password": self.secrets[SUPER_USER]}
+        return config
 
     # lifecycle ---------------------------------------------------------------------------------
 
@@ -99,6 +194,10 @@ class LocalStack:
             s3 = self._s3()
             s3.create_bucket(Bucket=self.bucket)
             self._restore_state()
+            self._prepare_security()
+            if self.security == "sasl_ssl":
+                self._create_users()
+                self.sts = start_moto_server(self.host, 0, log_path=self.directory / "logs" / "sts.log", service="sts")
             for broker_id in range(1, self.brokers + 1):
                 self.start_broker(broker_id)
             for broker_id in self.processes:
@@ -129,6 +228,9 @@ class LocalStack:
                 self.save_state()
             self.moto.stop()
             self.moto = None
+        if self.sts is not None:
+            self.sts.stop()
+            self.sts = None
 
     def __enter__(self) -> LocalStack:
         self.start()
@@ -153,7 +255,7 @@ class LocalStack:
             "--region", self.region, "--bucket", self.bucket, "--table-prefix", self.table_prefix,
             "--ready-file", str(ready),
         ]
-        for key, value in self.overrides.items():
+        for key, value in {**self._security_overrides(broker_id, port), **self.overrides}.items():
             command += ["--set", f"{key}={value}"]
         log_file = open(broker.log_path, "ab")
         broker.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
@@ -172,7 +274,9 @@ class LocalStack:
             if time.monotonic() > deadline:
                 raise StackError(f"broker {broker_id} not ready after {timeout_s:.0f}s; see {broker.log_path}")
             time.sleep(0.05)
-        broker.port = json.loads(ready.read_text())["port"]
+        answer = json.loads(ready.read_text())
+        broker.port = answer["port"]
+        broker.listeners = answer.get("listeners", {})
         return broker
 
     def kill_broker(self, broker_id: int, sig: int = signal.SIGKILL) -> None:
@@ -247,7 +351,11 @@ class LocalStack:
             ],
             "aws": self.aws.to_dict(),
             "moto_pid": self.moto.pid if self.moto else -1,
+            "security": self.security,
+            "client_config": self.client_config,
         }
+        if self.sts is not None:
+            info["iam"] = {"audience": self.iam_audience, "region": self.region, "sts_endpoint": self.sts.endpoint_url}
         if self.http_url is not None:
             info["http"] = {"url": self.http_url, "token": self.http_token}
         return info
@@ -256,7 +364,7 @@ class LocalStack:
         info = self.describe()
         path = self.directory / STACK_FILE
         tmp = path.with_suffix(".tmp")
-        tmp.touch(mode=0o600)  # it may hold the HTTP adapter's bearer token
+        tmp.touch(mode=0o600)  # it may hold the HTTP adapter's bearer token and the super user's password
         tmp.write_text(json.dumps(info, indent=2) + "\n")
         tmp.rename(path)
         return info
@@ -332,6 +440,16 @@ class LocalStack:
 def _table_names(dynamodb: Any) -> list[str]:
     """Every table name: ListTables answers 100 at a time."""
     return [name for page in dynamodb.get_paginator("list_tables").paginate() for name in page["TableNames"]]
+
+
+def cluster_settings(bootstrap_servers: str | None, directory: Path | str = DEFAULT_DIR) -> tuple[str, ClientSecurity]:
+    """Where a `floe` command finds the cluster and how it connects: ``bootstrap_servers`` as given
+    (PLAINTEXT), else the stack's stack.json, with its `client_config` (TLS and SASL in secured modes)."""
+    if bootstrap_servers:
+        return bootstrap_servers, PLAINTEXT
+    info = load_stack(directory)
+    config = info.get("client_config") or {}
+    return info["bootstrap_servers"], ClientSecurity.from_properties(config)
 
 
 def load_stack(directory: Path | str = DEFAULT_DIR) -> dict[str, Any]:

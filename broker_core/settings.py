@@ -138,6 +138,18 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("controller.quota.window.num", _INT, 11,
             "Samples of the controller mutation rate; the token bucket holds the quota times the span."),
     _broker("controller.quota.window.size.seconds", _INT, 1, "Length of one sample of the controller mutation rate."),
+    # SASL credentials (docs/security.md): the SCRAM credential cache and IAM OAUTHBEARER token checks.
+    _broker("floe.scram.credential.cache.ms", _INT, 60000,
+            "Longest a broker answers SCRAM/PLAIN logins from a cached credential; AlterUserScramCredentials "
+            "empties every broker's cache within one metadata poll, this bounds changes written around the brokers."),
+    _broker("floe.sasl.oauthbearer.iam.audience", _STRING, "",
+            "The audience IAM OAUTHBEARER tokens must be signed for (x-floe-audience); give each cluster its own. "
+            "Empty: IAM tokens cannot be verified."),
+    _broker("floe.sasl.oauthbearer.iam.sts.endpoint", _STRING, "",
+            "The STS endpoint that verifies IAM tokens, the only host a token may name; empty is the regional "
+            "endpoint https://sts.REGION.amazonaws.com (the local stack sets its moto server)."),
+    _broker("floe.sasl.oauthbearer.iam.token.max.age.ms", _INT, 900000,
+            "Oldest an IAM token's signing time may be (and its X-Amz-Expires at most this)."),
     # Authorization (docs/security.md, "Authorization"): Kafka's names and defaults.
     _broker("authorizer.class.name", _STRING, "",
             "Empty: no authorization (every request is allowed). "
@@ -178,6 +190,51 @@ SETTINGS: tuple[Setting, ...] = (
             "progress, is closed (bytes of an unfinished request do not count); 0 or less never closes one."),
     _broker("max.connection.creation.rate", _INT, 2147483647,
             "New connections accepted per second, broker-wide; more are closed as soon as they are accepted."),
+    # Listeners, TLS and SASL on the Kafka listener (docs/security.md). Kafka's names and defaults; a setting
+    # read per listener may also be given as listener.name.<listener>.<setting>.
+    _broker("listeners", _STRING, "",
+            "The listeners as NAME://host:port,...; empty: one PLAINTEXT listener on the broker's --host/--port."),
+    _broker("advertised.listeners", _STRING, "",
+            "The address clients are told for each listener (NAME://host:port,...); a listener left out is "
+            "advertised as it is bound."),
+    _broker("listener.security.protocol.map", _STRING,
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "The security protocol of each listener name."),
+    _broker("inter.broker.listener.name", _STRING, "",
+            "The listener other brokers reach this broker on; empty: the first with security.inter.broker.protocol."),
+    _broker("security.inter.broker.protocol", _STRING, "PLAINTEXT",
+            "The inter-broker listener's security protocol when inter.broker.listener.name is not set."),
+    _broker("ssl.keystore.type", _STRING, "PEM", "PEM or PKCS12 (JKS is not supported)."),
+    _broker("ssl.keystore.location", _STRING, "",
+            "The broker's certificate chain and private key: one PEM file, or a PKCS12 file."),
+    _broker("ssl.keystore.certificate.chain", _STRING, "", "The certificate chain in PEM, inline (keystore type PEM)."),
+    _broker("ssl.keystore.key", _STRING, "", "The private key in PEM, inline (keystore type PEM)."),
+    _broker("ssl.keystore.password", _STRING, "", "Password of the PKCS12 keystore.", public=False),
+    _broker("ssl.key.password", _STRING, "", "Password of an encrypted private key.", public=False),
+    _broker("ssl.truststore.type", _STRING, "PEM", "PEM only."),
+    _broker("ssl.truststore.location", _STRING, "",
+            "PEM file of the CA certificates trusted for client certificates (and, on the client side, brokers')."),
+    _broker("ssl.truststore.certificates", _STRING, "", "The trusted CA certificates in PEM, inline."),
+    _broker("ssl.client.auth", _STRING, "none",
+            "none, requested or required: whether TLS clients are asked for a certificate; with one, the "
+            "principal is User:<its subject, RFC 2253>."),
+    _broker("ssl.endpoint.identification.algorithm", _STRING, "https",
+            "https: a broker checks that a peer broker's certificate names the host it connects to; empty: it "
+            "checks the certificate chain only."),
+    _broker("ssl.handshake.timeout.ms", _INT, 10000,
+            "A TLS handshake not complete after this long closes the connection."),
+    _broker("sasl.enabled.mechanisms", _STRING, "GSSAPI",
+            "SASL mechanisms of SASL listeners: PLAIN (SASL_SSL only), SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; "
+            "GSSAPI (Kafka's default) is not supported, so a SASL listener must set this."),
+    _broker("sasl.server.max.receive.size", _INT, 524288,
+            "Largest frame a connection may send before it has authenticated; a larger one closes it."),
+    _broker("connections.max.reauth.ms", _INT, 0,
+            "KIP-368: a SASL session lasts this long, then the client must re-authenticate; 0 never expires."),
+    _broker("floe.inter.broker.sasl.mechanism", _STRING, "SCRAM-SHA-512",
+            "The mechanism this broker authenticates with to other brokers on a SASL inter-broker listener."),
+    _broker("floe.inter.broker.sasl.username", _STRING, "", "This broker's user name on a SASL inter-broker listener."),
+    _broker("floe.inter.broker.sasl.password", _STRING, "", "This broker's password on a SASL inter-broker listener.",
+            public=False),
     # Topic settings; those of the partition log in LogConfig's field order, the order it applies them in.
     _topic("segment.bytes", _INT, 1024**3, "A segment rolls once it holds this many bytes.",
            "log.segment.bytes", log_field="segment_bytes"),
@@ -267,8 +324,14 @@ class BrokerOverrides(Protocol):
 @dataclass(frozen=True, slots=True)
 class ConfigEntry:
     name: str
-    value: str
+    value: str | None  # None for a sensitive setting, whose value is never sent (Kafka's is_sensitive)
     source: int
+    sensitive: bool = False
+
+
+def is_sensitive(name: str) -> bool:
+    """Passwords and private keys (also as listener.name.<listener>.<setting>): DescribeConfigs hides them."""
+    return name.endswith(("password", "ssl.keystore.key", "sasl.jaas.config"))
 
 
 def parse_overrides(pairs: Iterable[str] | None, option: str | None = None) -> dict[str, str]:
@@ -347,7 +410,10 @@ def describe_broker_configs(overrides: Mapping[str, str], keys: set[str] | None)
         if keys is not None and name not in keys:
             continue
         source = SOURCE_STATIC_BROKER if name in overrides else SOURCE_DEFAULT
-        entries.append(ConfigEntry(name, broker_setting(overrides, name), source))
+        if is_sensitive(name):
+            entries.append(ConfigEntry(name, None, source, sensitive=True))
+        else:
+            entries.append(ConfigEntry(name, broker_setting(overrides, name), source))
     return entries
 
 

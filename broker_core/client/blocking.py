@@ -17,6 +17,7 @@ from typing import Any
 from broker_core.protocol.messages import build_entity, request_class
 
 from .connection import BrokerConnection
+from .security import PLAINTEXT, ClientSecurity
 
 
 class BlockingConnection:
@@ -30,13 +31,14 @@ class BlockingConnection:
     """
 
     def __init__(self, host: str, port: int, *, client_id: str = "floe-client",
-                 request_timeout_s: float = 30.0) -> None:
+                 request_timeout_s: float = 30.0, security: ClientSecurity = PLAINTEXT) -> None:
         self.host = host
         self.port = port
         # With a loop factory the runner leaves the calling thread's current event loop alone.
         self._runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
         self._closed = False
-        self._connection = BrokerConnection(host, port, client_id=client_id, request_timeout_s=request_timeout_s)
+        self._connection = BrokerConnection(host, port, client_id=client_id, request_timeout_s=request_timeout_s,
+                                            security=security)
         try:
             self._runner.run(self._connection.connect())
         except BaseException:

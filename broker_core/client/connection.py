@@ -1,6 +1,7 @@
 """One pipelined Kafka-protocol connection to one broker, on asyncio.
 
-`BrokerConnection` opens a TCP connection, negotiates a version per API with ApiVersions, then
+`BrokerConnection` opens a TCP connection (TLS and SASL as its `ClientSecurity` says: the handshake
+and SaslHandshake/SaslAuthenticate after ApiVersions), negotiates a version per API with ApiVersions, then
 pipelines requests: each waits on a future keyed by its correlation id, which `_ResponseProtocol`
 resolves as responses arrive, in whatever order; responses are received in place (see
 FrameDecoder), so a large fetch response is not copied. Requests are kio entities, built from dicts
@@ -12,22 +13,29 @@ and blocking code reaches one through `BlockingConnection`.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import FrameDecoder, FramingError, decode_response, encode_request
 from broker_core.protocol.messages import SUPPORTED_VERSIONS, api_name, build_entity, request_class
+from broker_core.security.errors import AuthenticationError
+from broker_core.security.scram import ScramClient
 
 from .errors import (
+    AuthenticationFailedError,
     BrokerConnectionError,
     ClientError,
     RequestTimeoutError,
     UnsupportedVersionError,
     raise_for,
 )
+from .security import PLAINTEXT, ClientSecurity
 
 # The newest version of each API this client fills every field of; negotiation takes the lower of
 # this and the broker's newest. (DeleteTopics v6 and Fetch v13 address topics by id.)
@@ -42,6 +50,8 @@ CLIENT_MAX_VERSIONS: dict[int, int] = {
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
     ApiKey.ALTER_CLIENT_QUOTAS: 1,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.DESCRIBE_ACLS: 3,
     ApiKey.CREATE_ACLS: 3,
     ApiKey.DELETE_ACLS: 3,
@@ -72,9 +82,12 @@ class BrokerConnection:
     """
 
     def __init__(self, host: str, port: int, *, client_id: str = "floe-client",
-                 request_timeout_s: float = 30.0, node_id: int | None = None) -> None:
+                 request_timeout_s: float = 30.0, node_id: int | None = None,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.host = host
         self.port = port
+        self.security = security
+        self._reauthentication: asyncio.TimerHandle | None = None
         self.node_id = node_id
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
@@ -99,11 +112,14 @@ class BrokerConnection:
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 self._transport, self._protocol = await loop.create_connection(
-                    lambda: _ResponseProtocol(self), self.host, self.port)
-        except (TimeoutError, OSError) as exc:
+                    lambda: _ResponseProtocol(self), self.host, self.port, ssl=self.security.ssl_context,
+                    server_hostname=self.host if self.security.tls else None)
+        except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError: a refused certificate
             raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         try:
             await self._negotiate_versions()
+            if self.security.sasl:
+                await self._authenticate()
         except BaseException:
             await self.close()
             raise
@@ -123,6 +139,49 @@ class BrokerConnection:
             version = min(our_max, broker_max)
             if version >= max(our_min, broker_min):
                 self.versions[api_key] = version
+
+    async def _authenticate(self) -> None:
+        """SaslHandshake v1 and SaslAuthenticate (KIP-152) with the configured mechanism; with a session
+        lifetime (KIP-368), re-authenticate at 85% of it, on this connection."""
+        mechanism = self.security.sasl_mechanism
+        assert mechanism is not None
+        handshake = await self._send_versioned(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        raise_for(handshake.error_code, f"SaslHandshake {mechanism} (broker offers {handshake.mechanisms})")
+        version = min(2, self.broker_versions.get(ApiKey.SASL_AUTHENTICATE, (0, 0))[1])
+
+        async def exchange(token: bytes) -> Any:
+            response = await self._send_versioned(ApiKey.SASL_AUTHENTICATE, version, {"auth_bytes": token})
+            if response.error_code != ErrorCode.none:
+                raise AuthenticationFailedError(f"{self.host}:{self.port}: {response.error_code.name}: "
+                                                f"{response.error_message}")
+            return response
+
+        username, password = self.security.username, self.security.password
+        if mechanism == "PLAIN":
+            response = await exchange(b"\x00" + username.encode() + b"\x00" + password.encode())
+        else:
+            scram = ScramClient(mechanism, username, password)
+            server_first = await exchange(scram.first())
+            response = await exchange(scram.final(bytes(server_first.auth_bytes)))
+            try:
+                scram.verify(bytes(response.auth_bytes))
+            except AuthenticationError as exc:
+                raise AuthenticationFailedError(f"{self.host}:{self.port}: the broker did not prove it knows "
+                                                f"the credential: {exc}") from None
+        lifetime_s = getattr(response, "session_lifetime", datetime.timedelta(0)).total_seconds()
+        if lifetime_s > 0:
+            loop = asyncio.get_running_loop()
+            self._reauthentication = loop.call_later(lifetime_s * 0.85, self._start_reauthentication)
+
+    def _start_reauthentication(self) -> None:
+        if self._closed_reason is not None:
+            return
+        task = asyncio.ensure_future(self._authenticate())
+        task.add_done_callback(self._reauthenticated)
+
+    def _reauthenticated(self, task: asyncio.Future) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._fail(f"re-authentication failed: {task.exception()}")
 
     def version_for(self, api_key: int) -> int:
         version = self.versions.get(api_key)
@@ -223,6 +282,8 @@ class BrokerConnection:
         """Close for good and fail every request still waiting for a response."""
         if self._closed_reason is None:
             self._closed_reason = reason
+        if self._reauthentication is not None:
+            self._reauthentication.cancel()
         pending, self._pending = self._pending, {}
         for _, _, future, _ in pending.values():
             if not future.done():

@@ -50,6 +50,11 @@ class BrokerConnectionError(ClientError):
         self.request_sent = request_sent
 
 
+class AuthenticationFailedError(BrokerConnectionError):
+    """The broker refused this client's SASL credentials (or could not prove it knows them); the
+    connection is closed."""
+
+
 class RequestTimeoutError(BrokerConnectionError):
     """No response came within the request timeout; the connection is closed (its state is unknown)."""
 

@@ -43,6 +43,7 @@ from .results import (
     TopicInfo,
     decode_fetch,
 )
+from .security import PLAINTEXT, ClientSecurity
 
 EARLIEST = EARLIEST_TIMESTAMP  # ListOffsets: the log start offset
 LATEST = LATEST_TIMESTAMP  # ListOffsets: the high watermark (the offset the next acknowledged record gets)
@@ -96,9 +97,11 @@ class FloeClient:
     """
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "floe-client", request_timeout_s: float = 30.0,
-                 retries: int = 8, retry_backoff_s: float = RETRY_BACKOFF_S) -> None:
+                 retries: int = 8, retry_backoff_s: float = RETRY_BACKOFF_S,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
+        self.security = security
         self.request_timeout_s = request_timeout_s
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
@@ -156,7 +159,8 @@ class FloeClient:
 
     async def _open(self, broker: BrokerInfo) -> BrokerConnection:
         connection = BrokerConnection(broker.host, broker.port, client_id=self.client_id,
-                                      request_timeout_s=self.request_timeout_s, node_id=broker.node_id)
+                                      request_timeout_s=self.request_timeout_s, node_id=broker.node_id,
+                                      security=self.security)
         await connection.connect()
         return connection
 
@@ -175,7 +179,7 @@ class FloeClient:
                 errors.append(str(exc))
         for host, port in self.bootstrap:
             connection = BrokerConnection(host, port, client_id=self.client_id,
-                                          request_timeout_s=self.request_timeout_s)
+                                          request_timeout_s=self.request_timeout_s, security=self.security)
             try:
                 await connection.connect()
             except BrokerConnectionError as exc:
@@ -383,6 +387,31 @@ class FloeClient:
         raise_for(response.error_code, response.error_message)
         return [([(e.entity_type, e.entity_name) for e in entry.entity], {v.key: v.value for v in entry.values})
                 for entry in response.entries or ()]
+
+    # SCRAM credentials --------------------------------------------------------------------------
+
+    async def alter_user_scram_credentials(
+            self, upsertions: Sequence[tuple[str, int, int, bytes, bytes]] = (),
+            deletions: Sequence[tuple[str, int]] = ()) -> dict[str, tuple[ErrorCode, str | None]]:
+        """AlterUserScramCredentials: upsertions as (user, mechanism code, iterations, salt, salted
+        password), deletions as (user, mechanism code); the broker's (error code, message) per user."""
+        response = await self._send_anywhere(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {
+            "upsertions": [{"name": user, "mechanism": mechanism, "iterations": iterations, "salt": salt,
+                            "salted_password": salted} for user, mechanism, iterations, salt, salted in upsertions],
+            "deletions": [{"name": user, "mechanism": mechanism} for user, mechanism in deletions],
+        }, idempotent=False)
+        return {result.user: (result.error_code, result.error_message) for result in response.results}
+
+    async def describe_user_scram_credentials(
+            self, users: Sequence[str] | None = None) -> dict[str, tuple[ErrorCode, str | None, list[tuple[int, int]]]]:
+        """DescribeUserScramCredentials of ``users`` (None: every user with credentials): per user, the
+        broker's (error code, message, [(mechanism code, iterations)])."""
+        response = await self._send_anywhere(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {
+            "users": None if users is None else [{"name": user} for user in users]})
+        raise_for(response.error_code, response.error_message)
+        return {result.user: (result.error_code, result.error_message,
+                              [(info.mechanism, info.iterations) for info in result.credential_infos])
+                for result in response.results}
 
     # ACLs --------------------------------------------------------------------------------------
 

@@ -21,9 +21,11 @@ from kio.schema.errors import ErrorCode
 
 from broker_core.client import (
     LATEST,
+    PLAINTEXT,
     RETRY_BACKOFF_S,
     BlockingConnection,
     ClientError,
+    ClientSecurity,
     backoff_s,
     parse_bootstrap_servers,
 )
@@ -100,7 +102,9 @@ class GroupAdmin:
     coordinator are retried for ``retry_for_s``. Every failure is a `GroupAdminError`.
     """
 
-    def __init__(self, bootstrap_servers: str, timeout_s: float = 10.0, retry_for_s: float = 15.0) -> None:
+    def __init__(self, bootstrap_servers: str, timeout_s: float = 10.0, retry_for_s: float = 15.0,
+                 security: ClientSecurity = PLAINTEXT) -> None:
+        self.security = security
         try:
             self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         except ValueError as exc:
@@ -129,7 +133,8 @@ class GroupAdmin:
         try:
             connection = self._connections.get(address)
             if connection is None:
-                connection = BlockingConnection(*address, client_id=_CLIENT_ID, request_timeout_s=self.timeout_s)
+                connection = BlockingConnection(*address, client_id=_CLIENT_ID, request_timeout_s=self.timeout_s,
+                                                security=self.security)
                 self._connections[address] = connection
             return connection.request(api_key, data, _VERSIONS[api_key] if version is None else version)
         except ClientError as exc:

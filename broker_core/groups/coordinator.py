@@ -27,7 +27,7 @@ from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, respond
 from broker_core.security.acls import AclOperation, ResourceType
-from broker_core.server.authorization import allowed, cluster_allowed
+from broker_core.server.authorization import allowed, authorized_operations, cluster_allowed
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import GroupState, join_error, sync_error
@@ -147,10 +147,10 @@ class GroupCoordinator:
             answer["error_code"] = error
             if error == ErrorCode.none:
                 if node == self.broker_id:
-                    answer["host"], answer["port"] = self.config.advertised, self.context.port
+                    answer["host"], answer["port"] = self.context.advertised_endpoint(request.listener_name)
                 else:
                     registration = self.context.image.brokers[node]
-                    answer["host"], answer["port"] = registration.host, registration.port
+                    answer["host"], answer["port"] = registration.endpoint(request.listener_name)
                 answer["node_id"] = node
         first = answers[0]
         return respond(request, {"throttle_time": NO_THROTTLE, "coordinators": answers, **first})
@@ -172,6 +172,9 @@ class GroupCoordinator:
                                   "members": []})
             else:
                 described.append(group.summary())
+            if getattr(request.body, "include_authorized_operations", False):
+                described[-1]["authorized_operations"] = authorized_operations(
+                    self.context.authorizer, request, ResourceType.GROUP, group_id)
         return respond(request, {"throttle_time": NO_THROTTLE, "groups": described})
 
     async def list_groups(self, request: Request) -> Any:

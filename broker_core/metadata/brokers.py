@@ -12,6 +12,8 @@ Thread-safety: as ``broker_core.metadata.tables``: shareable, synchronous, calle
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pynamodb.exceptions import PynamoDBException
 from pynamodb.transactions import TransactWrite
 
@@ -38,8 +40,14 @@ def _broker_from_item(item: BrokerItem) -> BrokerRegistration:
         state=BrokerState(item.state),
         heartbeat=int(item.heartbeat),
         registered_at_ms=int(item.registered_at_ms),
+        endpoints=tuple(sorted(_endpoint(name, address) for name, address in (item.endpoints.as_dict() if item.endpoints else {}).items())),
         principal=item.principal or ANONYMOUS,
     )
+
+
+def _endpoint(name: str, address: str) -> tuple[str, str, int]:
+    host, _, port = address.rpartition(":")
+    return name, host, int(port)
 
 
 
@@ -48,7 +56,8 @@ class BrokerRegistry(MetadataTables):
     """The brokers table: registration, heartbeat, state changes and fencing of brokers."""
 
     @metadata_failures
-    def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None, *,
+    def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None,
+                        endpoints: Mapping[str, tuple[str, int]] | None = None, *,
                         principal: str = ANONYMOUS) -> int:
         """Register (or re-register) a broker as RUNNING and return its new broker epoch.
 
@@ -80,6 +89,7 @@ class BrokerRegistry(MetadataTables):
             state=BrokerState.RUNNING.value,
             heartbeat=0,
             registered_at_ms=wall_clock_ms(),
+            endpoints={name: f"{h}:{p}" for name, (h, p) in (endpoints or {}).items()} or None,
             principal=principal,
         )
         condition = broker.broker_id.does_not_exist() | (broker.broker_epoch < broker_epoch)

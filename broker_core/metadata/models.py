@@ -94,6 +94,7 @@ class BrokerItem(Model):
     state = UnicodeAttribute()
     heartbeat = NumberAttribute()
     registered_at_ms = NumberAttribute()
+    endpoints = MapAttribute(null=True)  # listener name -> "host:port"
     principal = UnicodeAttribute(null=True)  # absent in registrations written before brokers named one
 
 

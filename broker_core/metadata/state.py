@@ -37,9 +37,19 @@ class BrokerRegistration:
     state: BrokerState
     heartbeat: int
     registered_at_ms: int
+    # Every listener's advertised endpoint, (name, host, port); host and port above are the
+    # inter-broker listener's. Empty for a registration written before listeners were named.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
     # The principal the broker authenticates as to its peers: with an authorizer, the only one whose
     # replica requests naming this broker id are trusted (trusted replication, docs/security.md).
     principal: str = ANONYMOUS
+
+    def endpoint(self, listener_name: str) -> tuple[str, int]:
+        """(host, port) on the listener named, falling back to the inter-broker one."""
+        for name, host, port in self.endpoints:
+            if name == listener_name:
+                return host, port
+        return self.host, self.port
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,8 @@ class FrameDecoder:
         if not 0 < large_frame_bytes <= staging_bytes // 2:
             raise ValueError("large_frame_bytes must be positive and at most half of staging_bytes")
         self._min = min_frame_bytes
-        self._max = max_frame_bytes
+        # Adjustable between frames: a SASL connection reads small frames only until it authenticates.
+        self.max_frame_bytes = max_frame_bytes
         self._large_frame_bytes = large_frame_bytes
         self._pool = pool
         # Anonymous memory: its pages become resident only as bytes land in them, so an idle or
@@ -297,8 +298,8 @@ class FrameDecoder:
         position = self._start
         while end - position >= 4:
             (size,) = _SIZE.unpack_from(staging, position)
-            if size < self._min or size > self._max:
-                raise FramingError(f"frame size {size} outside [{self._min}, {self._max}]")
+            if size < self._min or size > self.max_frame_bytes:
+                raise FramingError(f"frame size {size} outside [{self._min}, {self.max_frame_bytes}]")
             available = end - position - 4
             if available >= size:
                 frames.append(view[position + 4 : position + 4 + size].tobytes())
@@ -359,11 +360,14 @@ class Request:
     # "User:ANONYMOUS" before or without authentication) and the client's address.
     principal: str = "User:ANONYMOUS"
     client_host: str = ""
+    # The listener it arrived on ("" for a broker with the single default listener): Metadata and
+    # FindCoordinator answer with that listener's endpoints, as Kafka does.
+    listener_name: str = ""
 
     def without_body(self) -> Request:
         """This request's header (what a response is encoded from) without the decoded body."""
         return Request(self.api_key, self.api_version, self.correlation_id, self.client_id, None, self.size,
-                       self.principal, self.client_host)
+                       self.principal, self.client_host, self.listener_name)
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -371,7 +375,8 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     return _API_KEY_VERSION_CORRELATION.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes | memoryview, principal: str = "User:ANONYMOUS", client_host: str = "") -> Request:
+def decode_request(frame: bytes | memoryview, principal: str = "User:ANONYMOUS", client_host: str = "",
+                   listener_name: str = "") -> Request:
     """The request in ``frame``, stamped with who sent it (see `Request`)."""
     api_key, api_version, correlation_id = peek_header(frame)
     versions = SUPPORTED_VERSIONS.get(api_key)
@@ -400,7 +405,8 @@ def decode_request(frame: bytes | memoryview, principal: str = "User:ANONYMOUS",
         ) from exc
     # Bytes after the body are ignored, as Kafka's own request parser does: librdkafka 2.x sends a few
     # extra bytes after some flexible-version bodies (Metadata v12) and Kafka brokers accept them.
-    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame), principal, client_host)
+    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame), principal, client_host,
+                   listener_name)
 
 
 class SendableSlice(Protocol):

@@ -124,7 +124,7 @@ class ReplicaFetcher:
             return None
         connection = BrokerConnection(leader.host, leader.port, client_id=f"floe-replica-{self.context.config.broker_id}",
                                       request_timeout_s=self.context.config.get_int("request.timeout.ms") / 1000,
-                                      node_id=self.leader_id)
+                                      node_id=self.leader_id, security=self.context.config.inter_broker_security)
         await connection.connect()
         self._connection = connection
         return connection

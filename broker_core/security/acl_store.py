@@ -1,10 +1,12 @@
 """AclStore: the cluster's ACLs in DynamoDB, one item per binding, in ``<prefix>acls``.
 
-Layout: hash key ``acl``, the binding's seven fields in `AclBinding`'s order, each percent-encoded
-(so none holds ``/``) and joined by ``/``; the same fields as attributes (``resource_type``,
-``resource_name``, ``pattern_type``, ``principal``, ``host``, ``operation``, ``permission``; the enums
-as Kafka's codes) for readers and operators. A binding is its own key, so creating one twice stores
-it once (CreateAcls is idempotent, as Kafka's is) and there is no read-modify-write to race.
+Layout: hash key ``acl``, the SHA-256 (hex) of the binding's seven fields in `AclBinding`'s order,
+each percent-encoded (so none holds ``/``) and joined by ``/``: a fixed 64 characters however long
+the names (a group id or an ARN may exceed DynamoDB's 2048-byte key limit); the fields themselves
+as attributes (``resource_type``, ``resource_name``, ``pattern_type``, ``principal``, ``host``,
+``operation``, ``permission``; the enums as Kafka's codes) for readers and operators. A binding
+determines its key, so creating one twice stores it once (CreateAcls is idempotent, as Kafka's is)
+and there is no read-modify-write to race.
 
 Readers are brokers (`broker_core.security.acl_service` keeps their `Authorizer` current) and the
 HTTP front end. Brokers do not poll this table: after a change the writer bumps the cluster's
@@ -17,6 +19,7 @@ Thread-safety: no mutable state; pynamodb is synchronous, so brokers call it fro
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from urllib.parse import quote
 
@@ -57,7 +60,7 @@ class AclItem(Model):
 def binding_key(binding: AclBinding) -> str:
     fields = (int(binding.resource_type), binding.resource_name, int(binding.pattern_type), binding.principal,
               binding.host, int(binding.operation), int(binding.permission))
-    return "/".join(quote(str(value), safe="") for value in fields)
+    return hashlib.sha256("/".join(quote(str(value), safe="") for value in fields).encode()).hexdigest()
 
 
 def _binding(item: AclItem) -> AclBinding:

@@ -8,21 +8,37 @@ broker imports the services, so the import graph has no circle through `Broker`.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
 from broker_core.groups.coordinator import GroupCoordinator
+from broker_core.metadata.errors import MetadataError
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.quotas.rates import WindowConfig
 from broker_core.quotas.service import QuotaService
 from broker_core.replication.fetcher import ReplicaFetcherManager
 from broker_core.replication.isr import IsrManager
 from broker_core.security.acl_service import AclService
+from broker_core.security.credentials import ScramCredentialAdmin, ScramCredentialStore
+from broker_core.security.iam import iam_verifier_from_settings, parse_oauthbearer
+from broker_core.security.scram import CredentialLookup
+from broker_core.security.tls import server_context
+from broker_core.settings import ConfigError
 from tiered_storage.service import TieringService
 
 from .acl_apis import AclApis
+from .authorization import guard_credential_apis
 from .broker import Broker, BrokerParts
 from .config import BrokerConfig
 from .handlers import RequestHandlers
-from .listener import KafkaListener, ListenerLimits
+from .listener import KafkaListener, KafkaListeners, ListenerLimits, ListenerSecurity
+from .listeners import ListenerSpec
 from .log_cleaner import LogCleanerService
 from .producer_ids import ProducerIdAllocator
+from .sasl import SaslConfig, sasl_on_a_listener_without_it
+
+log = logging.getLogger(__name__)
 
 
 def build_broker(config: BrokerConfig) -> Broker:
@@ -36,16 +52,81 @@ def build_broker(config: BrokerConfig) -> Broker:
         WindowConfig(config.get_int("controller.quota.window.num"), config.get_int("controller.quota.window.size.seconds")),
     )
     handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), quotas, remote_reads=tiering.reader)
+    store = ScramCredentialStore(config.aws, cache_ttl_s=config.get_int("floe.scram.credential.cache.ms") / 1000)
+    credentials = ScramCredentialAdmin(store, announce_metadata_change(broker))
     acls = AclService(config.aws, broker.authorizer)
-    for api_key, handler in (groups.api_handlers() | AclApis(broker, acls).api_handlers()).items():
+    apis = {**groups.api_handlers(), **guard_credential_apis(credentials.api_handlers(), broker.authorizer),
+            **AclApis(broker, acls).api_handlers()}
+    for api_key, handler in apis.items():
         handlers.register(api_key, handler)
-    limits = ListenerLimits.from_settings(config.get_int, config.get)
-    listener = KafkaListener(handlers, config.host, config.port, limits)
     broker.host(BrokerParts(
-        listener=listener,
+        listener=build_listeners(config, handlers, store.get),
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
-        services=(quotas, acls, groups, tiering, LogCleanerService(broker)),
-        followers=(quotas, acls),
+        services=(quotas, credentials, acls, groups, tiering, LogCleanerService(broker)),
+        followers=(quotas, credentials, acls),
     ))
     return broker
+
+
+def build_listeners(config: BrokerConfig, handlers: RequestHandlers, lookup: CredentialLookup) -> KafkaListeners:
+    """One KafkaListener per entry of `listeners`, each secured as its protocol says; SASL listeners
+    check passwords against ``lookup`` (the SCRAM credential store)."""
+    for api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+        handlers.register(api_key, sasl_on_a_listener_without_it)
+    limits = ListenerLimits.from_settings(config.get_int, config.get)
+    built: dict[str, tuple[KafkaListener, str, int | None]] = {}
+    first: KafkaListener | None = None
+    for spec in config.listeners.specs:
+        def setting(name: str, listener: str = spec.name) -> str:
+            return config.listeners.setting(listener, name)
+
+        security = ListenerSecurity(
+            name=spec.name, protocol=spec.security_protocol,
+            ssl_context=server_context(setting) if spec.security_protocol.tls else None,
+            handshake_timeout_s=int(setting("ssl.handshake.timeout.ms")) / 1000,
+            sasl=sasl_config(spec, setting, lookup, config.aws.region) if spec.security_protocol.sasl else None,
+        )
+        listener = KafkaListener(handlers, spec.host, spec.port, limits, security, shared_with=first)
+        first = first or listener
+        built[spec.name] = (listener, spec.advertised_host, spec.advertised_port)
+    return KafkaListeners(built)
+
+
+def announce_metadata_change(broker: Broker) -> Callable[[], Awaitable[None]]:
+    """What a writer of state that brokers cache beside the metadata (SCRAM credentials) calls after a
+    change: bump the metadata version, so every broker re-reads within one poll, and refresh this one now."""
+
+    async def announce() -> None:
+        try:
+            await asyncio.to_thread(broker.store.bump_metadata_version)
+        except MetadataError as exc:
+            # Stored, but other brokers learn of it only with the next metadata change.
+            log.warning("cached cluster state changed but the metadata version was not bumped: %s", exc)
+        await broker.refresh_metadata()
+
+    return announce
+
+
+def sasl_config(spec: ListenerSpec, setting: Callable[[str], str], lookup: CredentialLookup,
+                region: str = "us-east-1") -> SaslConfig:
+    """A SASL listener's mechanisms and checks: SCRAM and PLAIN against ``lookup``, OAUTHBEARER against
+    STS (`floe.sasl.oauthbearer.iam.*`)."""
+    mechanisms = tuple(m.strip().upper() for m in setting("sasl.enabled.mechanisms").split(",") if m.strip())
+    if "PLAIN" in mechanisms and not spec.security_protocol.tls:
+        raise ConfigError(f"listener {spec.name}: PLAIN sends passwords as they are, so it is enabled on SASL_SSL "
+                          "listeners only")
+    if "GSSAPI" in mechanisms:
+        raise ConfigError(f"listener {spec.name}: GSSAPI (Kerberos) is not supported; set sasl.enabled.mechanisms "
+                          "to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+    verify_token = None
+    if "OAUTHBEARER" in mechanisms:
+        if not setting("floe.sasl.oauthbearer.iam.audience"):
+            raise ConfigError(f"listener {spec.name}: OAUTHBEARER needs floe.sasl.oauthbearer.iam.audience")
+        verifier = iam_verifier_from_settings(setting, region)
+
+        async def verify_token(message: bytes) -> str:
+            return await verifier.verify(parse_oauthbearer(message))
+
+    return SaslConfig(mechanisms, lookup, reauth_ms=int(setting("connections.max.reauth.ms")),
+                      max_receive_bytes=int(setting("sasl.server.max.receive.size")), verify_token=verify_token)

@@ -20,11 +20,15 @@ log, as Kafka's do not.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from kio.schema.errors import ErrorCode
+
+from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import Request
-from broker_core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from broker_core.protocol.messages import NO_THROTTLE, respond
+from broker_core.security.acls import CLUSTER_NAME, VALID_OPERATIONS, AclOperation, ResourceType
 from broker_core.security.authorizer import Authorizer
 
 if TYPE_CHECKING:
@@ -33,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+Handler = Callable[[Request], Awaitable[Any]]
+_NOT_AUTHORIZED = "Authorization failed."
 
 
 def allowed(authorizer: Authorizer, request: Request, operation: AclOperation, resource_type: ResourceType,
@@ -94,6 +100,40 @@ def replica_request_allowed(context: BrokerContext, request: Request, replica_id
 
 def scram_credentials_allowed(authorizer: Authorizer, request: Request, *, alter: bool) -> bool:
     """For the SCRAM credential APIs (Kafka's rule): DescribeUserScramCredentials (50) needs DESCRIBE on
-    the cluster, AlterUserScramCredentials (51) ALTER; a refused request's results are each
-    CLUSTER_AUTHORIZATION_FAILED."""
+    the cluster, AlterUserScramCredentials (51) ALTER."""
     return cluster_allowed(authorizer, request, AclOperation.ALTER if alter else AclOperation.DESCRIBE)
+
+
+def guard_credential_apis(handlers: Mapping[int, Handler], authorizer: Authorizer) -> dict[int, Handler]:
+    """The SCRAM credential APIs' handlers behind `scram_credentials_allowed`: a refused Describe is
+    answered CLUSTER_AUTHORIZATION_FAILED, a refused Alter with that error for every user it names,
+    and neither reads nor writes a credential."""
+    guarded: dict[int, Handler] = {}
+    for api_key, handler in handlers.items():
+        alter = api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS
+
+        async def checked(request: Request, handler: Handler = handler, alter: bool = alter) -> Any:
+            if scram_credentials_allowed(authorizer, request, alter=alter):
+                return await handler(request)
+            if alter:
+                body = request.body
+                users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
+                return respond(request, {"throttle_time": NO_THROTTLE, "results": [
+                    {"user": user, "error_code": ErrorCode.cluster_authorization_failed,
+                     "error_message": _NOT_AUTHORIZED} for user in users]})
+            return respond(request, {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.cluster_authorization_failed,
+                                     "error_message": _NOT_AUTHORIZED, "results": []})
+
+        guarded[api_key] = checked
+    return guarded
+
+
+def authorized_operations(authorizer: Authorizer, request: Request, resource_type: ResourceType, name: str) -> int:
+    """Kafka's authorized-operations bitfield (Metadata, DescribeGroups): bit ``op`` is set for each
+    operation the resource type has that the principal may perform; every one without an authorizer."""
+    bits = 0
+    for operation in VALID_OPERATIONS[resource_type]:
+        if operation is not AclOperation.ALL and allowed(authorizer, request, operation, resource_type, name,
+                                                         log_denial=False):
+            bits |= 1 << operation
+    return bits

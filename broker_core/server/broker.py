@@ -51,6 +51,10 @@ class BrokerService(Protocol):
 class Listener(Protocol):
     async def start(self) -> int: ...
 
+    def advertised_endpoints(self) -> dict[str, tuple[str, int]]:
+        """Each listener's name and the (host, port) clients are told, once started."""
+        ...
+
     async def stop(self) -> None: ...
 
 
@@ -116,6 +120,7 @@ class Broker:
         self._catch_up_started = float("-inf")
         self._stopping = False
         self.port = config.port
+        self.endpoints: dict[str, tuple[str, int]] = {}
 
     def host(self, parts: BrokerParts) -> None:
         """Take the listener, fetchers, ISR manager and services built around this broker."""
@@ -133,7 +138,8 @@ class Broker:
         await asyncio.to_thread(self.store.ensure_tables)
         parts = self.parts
         self.port = await parts.listener.start()
-        self.broker_epoch = await self._register()
+        self.endpoints = parts.listener.advertised_endpoints()
+        self.broker_epoch = await asyncio.to_thread(self._register)
         log.info("broker %d registered with epoch %d, listening on %s:%d",
                  self.config.broker_id, self.broker_epoch, self.config.host, self.port)
         # Try for the controller role before serving, so the first Metadata answer names a controller
@@ -230,14 +236,19 @@ class Broker:
             await asyncio.to_thread(self.store.heartbeat_broker, self.config.broker_id, self.broker_epoch)
         except BrokerFencedError:
             log.warning("broker %d was fenced at epoch %d; registering again", self.config.broker_id, self.broker_epoch)
-            self.broker_epoch = await self._register()
+            self.broker_epoch = await asyncio.to_thread(self._register)
 
-    async def _register(self) -> int:
-        """Register this broker (as its inter-broker principal) for a new broker epoch."""
-        return await asyncio.to_thread(
-            self.store.register_broker, self.config.broker_id, self.config.advertised, self.port, self.config.rack,
-            principal=self.config.inter_broker_principal,
-        )
+    def _register(self) -> int:
+        """Register with the inter-broker listener's endpoint as the broker's host and port (what other
+        brokers connect to), every listener's endpoint by name (what clients are told), and the
+        principal this broker authenticates as to its peers (what trusted replication checks)."""
+        host, port = self.endpoints[self.config.listeners.inter_broker]
+        return self.store.register_broker(self.config.broker_id, host, port, self.config.rack, self.endpoints,
+                                          principal=self.config.inter_broker_principal)
+
+    def advertised_endpoint(self, listener_name: str) -> tuple[str, int]:
+        """This broker's (host, port) on the listener named (the inter-broker one for "")."""
+        return self.endpoints[listener_name or self.config.listeners.inter_broker]
 
     async def _poll_metadata(self) -> None:
         version = await asyncio.to_thread(self.store.metadata_version)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from broker_core.aws import AwsSettings
+from broker_core.client.security import ClientSecurity
 from broker_core.log.config import LogConfig
-from broker_core.security.principal import ANONYMOUS
+from broker_core.security.principal import ANONYMOUS, KafkaPrincipal
+from broker_core.security.tls import client_context, keystore_principal
 from broker_core.settings import (
     TOPIC_SETTINGS,
     BrokerOverrides,
@@ -26,6 +29,8 @@ from broker_core.settings import (
     effective,
     int_setting,
 )
+
+from .listeners import BrokerListeners
 
 
 class TopicConfigError(ValueError):
@@ -42,10 +47,6 @@ class BrokerConfig:
     rack: str | None = None
     advertised_host: str | None = None
     overrides: Mapping[str, str] = field(default_factory=dict)
-    # The principal this broker authenticates as to its peers; written into its registration, where
-    # other brokers with an authorizer check replica requests against it. The listener room's
-    # inter-broker authentication sets it; without security every connection is ANONYMOUS.
-    inter_broker_principal: str = ANONYMOUS
 
     def get(self, key: str) -> str:
         return broker_setting(self.overrides, key)
@@ -60,6 +61,40 @@ class BrokerConfig:
     def advertised(self) -> str:
         return self.advertised_host or self.host
 
+    @cached_property
+    def listeners(self) -> BrokerListeners:
+        """The broker's listeners (`listeners`, `advertised.listeners`, ...; see broker_core.server.listeners)."""
+        return BrokerListeners.resolve(self.host, self.port, self.advertised, self.overrides, self.get)
+
+    @cached_property
+    def inter_broker_security(self) -> ClientSecurity:
+        """How this broker connects to its peers' inter-broker listener: TLS checked against its
+        truststore and showing its keystore's certificate, SASL with `floe.inter.broker.sasl.*`."""
+        spec = self.listeners.inter_broker_spec
+        protocol = spec.security_protocol
+        context = None
+        if protocol.tls:
+            context = client_context(lambda name: self.listeners.setting(spec.name, name))
+        if not protocol.sasl:
+            return ClientSecurity(protocol.value, context)
+        return ClientSecurity(protocol.value, context, self.get("floe.inter.broker.sasl.mechanism"),
+                              self.get("floe.inter.broker.sasl.username"), self.get("floe.inter.broker.sasl.password"))
+
+    @cached_property
+    def inter_broker_principal(self) -> str:
+        """The principal this broker authenticates as to its peers on the inter-broker listener:
+        its SASL user name, else (TLS with client certificates asked for) its certificate's subject,
+        else User:ANONYMOUS."""
+        listeners = self.listeners
+        spec = listeners.inter_broker_spec
+        if spec.security_protocol.sasl and (username := self.get("floe.inter.broker.sasl.username")):
+            return str(KafkaPrincipal.user(username))
+        if spec.security_protocol.tls and listeners.setting(spec.name, "ssl.client.auth").strip().lower() != "none":
+            principal = keystore_principal(lambda name: listeners.setting(spec.name, name))
+            if principal is not None:
+                return principal
+        return ANONYMOUS
+
     def log_config(self, topic_configs: Mapping[str, str] | None = None) -> LogConfig:
         """Broker-level `log.*` settings overlaid with a topic's own configs, as Kafka resolves them."""
         base = LogConfig.from_kafka(self.overrides)
@@ -68,6 +103,8 @@ class BrokerConfig:
     def validate(self) -> None:
         check_broker_overrides(self.overrides)
         LogConfig.from_kafka(self.overrides)
+        self.listeners  # noqa: B018 - parsing the listener settings checks them
+        self.inter_broker_security  # noqa: B018 - and so does building the inter-broker connections' security
 
 
 def validate_topic_configs(configs: Mapping[str, str], broker: BrokerOverrides | None = None) -> None:

@@ -57,6 +57,11 @@ class BrokerContext(Protocol):
         """The port the Kafka listener is bound to (known once the broker started)."""
         ...
 
+    def advertised_endpoint(self, listener_name: str) -> tuple[str, int]:
+        """This broker's advertised (host, port) on a listener (`Request.listener_name`; "" for the
+        inter-broker one)."""
+        ...
+
     async def refresh_metadata(self, *, unless_at: int | None = None) -> None:
         """Read and apply a new snapshot now (after this broker changed the metadata itself)."""
         ...

@@ -45,7 +45,8 @@ from broker_core.records.errors import (
     UnsupportedMagicError,
 )
 from broker_core.records.header import iter_headers
-from broker_core.security.acls import AclOperation, ResourceType
+from broker_core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from broker_core.security.producer_ids import owns_producer_id
 from broker_core.settings import (
     SOURCE_DEFAULT,
     SOURCE_TOPIC,
@@ -55,6 +56,7 @@ from broker_core.settings import (
 
 from .authorization import (
     allowed,
+    authorized_operations,
     cluster_allowed,
     idempotent_write_allowed,
     replica_request_allowed,
@@ -191,18 +193,27 @@ class RequestHandlers:
                     "isr_nodes": list(state.isr),
                     "offline_replicas": [r for r in state.replicas if r not in live],
                 })
-            topics.append({
+            topic = {
                 "error_code": ErrorCode.none, "name": name, "topic_id": uuid.UUID(described.topic_id),
                 "is_internal": False, "partitions": partitions,
-            })
+            }
+            if getattr(body, "include_topic_authorized_operations", False):
+                topic["topic_authorized_operations"] = authorized_operations(authorizer, request, ResourceType.TOPIC,
+                                                                             name)
+            topics.append(topic)
         brokers = [
-            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+            {"node_id": b.broker_id, "host": host, "port": port, "rack": b.rack}
             for b in sorted(image.live_brokers(), key=lambda b: b.broker_id)
+            for host, port in [b.endpoint(request.listener_name)]
         ]
-        return respond(request, {
+        response = {
             "throttle_time": NO_THROTTLE, "brokers": brokers, "cluster_id": self.context.cluster_id,
             "controller_id": image.controller_id, "topics": topics,
-        })
+        }
+        if getattr(body, "include_cluster_authorized_operations", False):  # Metadata v8-v10
+            response["cluster_authorized_operations"] = authorized_operations(
+                authorizer, request, ResourceType.CLUSTER, CLUSTER_NAME)
+        return respond(request, response)
 
     # Produce -----------------------------------------------------------------------------------
 
@@ -221,7 +232,7 @@ class RequestHandlers:
         await self._catch_up_for(topic_data.name for topic_data in body.topic_data)
         started = time.perf_counter()
         authorizer = self.context.authorizer
-        transactional_refused = authorizer.enabled and _transactional_refused(authorizer, request)
+        refusal = _producer_refusal(authorizer, request) if authorizer.enabled else None
         for topic_data in body.topic_data:
             partition_results = []
             may_write = allowed(authorizer, request, AclOperation.WRITE, ResourceType.TOPIC, topic_data.name)
@@ -229,8 +240,8 @@ class RequestHandlers:
                 result = {"index": data.index, "error_code": ErrorCode.none, "base_offset": -1,
                           "log_append_time": None, "log_start_offset": -1, "record_errors": [],
                           "error_message": None}
-                if transactional_refused:
-                    result["error_code"] = ErrorCode.transactional_id_authorization_failed
+                if refusal is not None:
+                    result["error_code"] = refusal
                 elif not may_write:
                     result["error_code"] = ErrorCode.topic_authorization_failed
                 elif acks not in (-1, 0, 1):
@@ -523,7 +534,8 @@ class RequestHandlers:
         such a bump would fence the producer that does. Transactions are not supported: a
         transactional id is refused (after the authorization check Kafka makes first).
         Authorization: WRITE on the transactional id; for an idempotent producer, IDEMPOTENT_WRITE
-        on the cluster or WRITE on some topic (Kafka 3.x).
+        on the cluster or WRITE on some topic (Kafka 3.x). With an authorizer the id is bound to the
+        caller's principal, and Produce accepts it from that principal only.
         """
         body = request.body
         response = {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
@@ -538,7 +550,8 @@ class RequestHandlers:
             response["error_code"] = ErrorCode.cluster_authorization_failed
         else:
             try:
-                response["producer_id"], response["producer_epoch"] = await self.producer_ids.next_id(), 0
+                owner = request.principal if authorizer.enabled else None
+                response["producer_id"], response["producer_epoch"] = await self.producer_ids.next_id(owner), 0
             except meta_errors.MetadataError:
                 response["error_code"] = ErrorCode.coordinator_not_available
         return respond(request, response)
@@ -731,7 +744,7 @@ class RequestHandlers:
                 continue
             result["configs"] = [
                 {"name": e.name, "value": e.value, "read_only": e.source != SOURCE_TOPIC,
-                 "config_source": e.source, "is_sensitive": False, "is_default": e.source == SOURCE_DEFAULT,
+                 "config_source": e.source, "is_sensitive": e.sensitive, "is_default": e.source == SOURCE_DEFAULT,
                  "synonyms": [], "config_type": 0, "documentation": None}
                 for e in entries
             ]
@@ -819,18 +832,28 @@ def _fetch_error(partition: int, error: ErrorCode) -> dict[str, Any]:
             "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
 
 
-def _transactional_refused(authorizer: Any, request: Request) -> bool:
-    """Kafka: a Produce carrying transactional batches needs WRITE on its transactional id."""
+def _producer_refusal(authorizer: Any, request: Request) -> ErrorCode | None:
+    """Why a Produce is refused for the producer it writes as, or None (only with an authorizer):
+    transactional batches need WRITE on the request's transactional id (Kafka's rule), and a batch's
+    producer id must have been handed to the writing principal (`broker_core.security.producer_ids`),
+    so nobody writes, or bumps the epoch, as another principal's producer."""
     body = request.body
-    transactional = any(
-        header.is_transactional
-        for topic_data in body.topic_data for data in topic_data.partition_data if data.records
-        for header in _headers(data.records))
+    transactional = False
+    for topic_data in body.topic_data:
+        for data in topic_data.partition_data:
+            for header in _headers(data.records or b""):
+                transactional = transactional or header.is_transactional
+                if header.producer_id >= 0 and not owns_producer_id(request.principal, header.producer_id):
+                    log.info("denied: principal %s from %s wrote as producer id %d, which is not its own",
+                             request.principal, request.client_host, header.producer_id)
+                    return ErrorCode.invalid_producer_id_mapping
     if not transactional:
-        return False
+        return None
     transactional_id = getattr(body, "transactional_id", None)
-    return transactional_id is None or not allowed(authorizer, request, AclOperation.WRITE,
-                                                   ResourceType.TRANSACTIONAL_ID, transactional_id)
+    if transactional_id is None or not allowed(authorizer, request, AclOperation.WRITE,
+                                               ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
 
 
 def _headers(records: bytes) -> Iterable[Any]:

@@ -33,8 +33,9 @@ import asyncio
 import datetime
 import errno
 import logging
-import os
 import socket
+import ssl
+import struct
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -56,7 +57,12 @@ from broker_core.protocol.framing import (
 )
 from broker_core.protocol.messages import api_name
 from broker_core.security.principal import ANONYMOUS
+from broker_core.security.tls import certificate_principal
 from broker_core.settings import ConfigError
+
+from .listeners import SecurityProtocol
+from .sasl import SaslConfig, SaslSession
+from .streams import PlainStream, TlsHandshakeError, TlsStream
 
 if TYPE_CHECKING:
     from .handlers import RequestHandlers
@@ -108,28 +114,15 @@ class ListenerLimits:
         )
 
 
-async def _wait_writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
-    future = loop.create_future()
-    fd = sock.fileno()
-    loop.add_writer(fd, lambda: future.done() or future.set_result(None))
-    try:
-        await future
-    finally:
-        loop.remove_writer(fd)
+@dataclass(frozen=True)
+class ListenerSecurity:
+    """How one listener secures its connections: its name and protocol, TLS context (SSL, SASL_SSL)."""
 
-
-async def sendfile_all(loop: asyncio.AbstractEventLoop, sock: socket.socket, fd: int, offset: int, count: int) -> None:
-    """Send ``count`` bytes of ``fd`` from ``offset`` with os.sendfile, waiting whenever the socket is full."""
-    while count > 0:
-        try:
-            sent = os.sendfile(sock.fileno(), fd, offset, count)
-        except BlockingIOError:
-            await _wait_writable(loop, sock)
-            continue
-        if sent == 0:
-            raise ConnectionError(f"sendfile made no progress with {count} bytes left (file shorter than expected)")
-        offset += sent
-        count -= sent
+    name: str = "PLAINTEXT"
+    protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    ssl_context: ssl.SSLContext | None = None
+    handshake_timeout_s: float = 10.0
+    sasl: SaslConfig | None = None  # SASL_PLAINTEXT, SASL_SSL
 
 
 def _throttle_seconds(response: Any) -> float:
@@ -146,13 +139,24 @@ class Connection:
 
     def __init__(self, sock: socket.socket, handlers: RequestHandlers, max_frame_bytes: int,
                  pool: RequestMemoryPool | None = None,
-                 memory_released: Callable[[], Awaitable[None]] | None = None) -> None:
+                 memory_released: Callable[[], Awaitable[None]] | None = None,
+                 security: ListenerSecurity | None = None) -> None:
         self.sock = sock
         self.handlers = handlers
+        self.security = security or ListenerSecurity()
         self.decoder = FrameDecoder(max_frame_bytes, staging_bytes=RECV_BYTES, pool=pool)
         self.loop = asyncio.get_running_loop()
         self.peer = sock.getpeername()
         self.client_host = self.peer[0] if isinstance(self.peer, tuple) else ""
+        self.listener_name = self.security.name
+        if self.security.ssl_context is not None:
+            self.stream: PlainStream | TlsStream = TlsStream(self.loop, sock, self.security.ssl_context)
+        else:
+            self.stream = PlainStream(self.loop, sock)
+        self._frame_limit = max_frame_bytes
+        self.sasl = SaslSession(self.security.sasl, self.peer, self.listener_name) if self.security.sasl else None
+        if self.sasl is not None:
+            self.decoder.max_frame_bytes = self.sasl.receive_limit(max_frame_bytes)
         # The authenticated principal; requests are stamped with it (Request.principal).
         self.principal = ANONYMOUS
         self._memory_released = memory_released
@@ -186,7 +190,28 @@ class Connection:
             finally:
                 self._waiting = False
 
+    async def _start_tls(self) -> bool:
+        """The TLS handshake, and the principal of the client's certificate if it showed one; False
+        (logged once, with the peer) when the client does not complete it."""
+        assert isinstance(self.stream, TlsStream)
+        self._handling = True  # the handshake has its own timeout; the idle sweep leaves it alone
+        try:
+            await self.stream.handshake(self.security.handshake_timeout_s)
+        except TlsHandshakeError as exc:
+            log.warning("closing connection from %s on listener %s: %s", self.peer, self.listener_name, exc)
+            return False
+        finally:
+            self._handling = False
+        certificate = self.stream.peer_certificate()
+        if certificate is not None and not self.security.protocol.sasl:
+            self.principal = certificate_principal(certificate)
+        return True
+
     async def serve(self) -> None:
+        if self.stream.tls and not await self._start_tls():
+            self.sock.close()
+            self.decoder.close()
+            return
         writer = asyncio.create_task(self._write_responses(asyncio.current_task()))
         try:
             while True:
@@ -194,7 +219,7 @@ class Connection:
                     await self._wait_unmuted()
                 if not self.decoder.ready():
                     await self._wait_for_memory()
-                received = await self.loop.sock_recv_into(self.sock, self.decoder.receive_buffer())
+                received = await self.stream.recv_into(self.decoder.receive_buffer())
                 if received == 0:
                     await self._responses.join()
                     return
@@ -227,13 +252,15 @@ class Connection:
 
     async def _process(self, frame: bytes | memoryview) -> bool:
         """Handle one request; False when the connection must be closed."""
+        if self.sasl is not None and self.sasl.raw_tokens:
+            return await self._raw_sasl_token(frame)
         try:
-            request = decode_request(frame, self.principal, self.client_host)
+            request = decode_request(frame, self.principal, self.client_host, self.listener_name)
         except UnsupportedVersionError as exc:
             if exc.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer with v0 and our ranges so the client can pick a version.
                 stub = Request(ApiKey.API_VERSIONS, 0, exc.correlation_id, None, None, len(frame),
-                               self.principal, self.client_host)
+                               self.principal, self.client_host, self.listener_name)
                 response = self.handlers.api_versions_response(stub, ErrorCode.unsupported_version)
                 await self._responses.join()
                 await self._send((encode_response(ApiKey.API_VERSIONS, 0, exc.correlation_id, response), 0.0))
@@ -243,6 +270,10 @@ class Connection:
         except InvalidRequestError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
+        if self.sasl is not None:
+            verdict = await self._sasl(request)
+            if verdict is not None:
+                return verdict
         if request.api_key == ApiKey.PRODUCE:
             try:
                 complete = await self.handlers.start_produce(request)
@@ -259,6 +290,49 @@ class Connection:
         if encoded is not None:
             await self._send(encoded)
         return True
+
+    async def _sasl(self, request: Request) -> bool | None:
+        """SASL's part in handling ``request`` (see broker_core.server.sasl): None when the request goes
+        on to the handlers, else whether the connection stays open."""
+        assert self.sasl is not None
+        now = self.loop.time()
+        if request.api_key == ApiKey.SASL_HANDSHAKE:
+            answer = self.sasl.handshake(request)
+        elif request.api_key == ApiKey.SASL_AUTHENTICATE:
+            answer = await self.sasl.authenticate(request, now)
+            self._authenticated()
+        elif not self.sasl.authenticated:
+            if request.api_key == ApiKey.API_VERSIONS:
+                return None
+            log.warning("closing connection from %s on listener %s: %s before authentication",
+                        self.peer, self.listener_name, api_name(request.api_key))
+            return False
+        elif self.sasl.expired(now):
+            log.info("closing connection from %s on listener %s: its SASL session ended without re-authentication",
+                     self.peer, self.listener_name)
+            return False
+        else:
+            return None
+        await self._responses.join()
+        await self._send((encode_response(request.api_key, request.api_version, request.correlation_id,
+                                          answer.response), 0.0))
+        return not answer.close
+
+    async def _raw_sasl_token(self, frame: bytes | memoryview) -> bool:
+        """A token framed as before KIP-152 (after SaslHandshake v0): answered with a bare token."""
+        assert self.sasl is not None
+        answer = await self.sasl.raw_token(bytes(frame), self.loop.time())
+        if answer.close:
+            return False
+        self._authenticated()
+        await self._send(([struct.pack(">i", len(answer.response)) + answer.response], 0.0))
+        return True
+
+    def _authenticated(self) -> None:
+        assert self.sasl is not None
+        if self.sasl.principal is not None:
+            self.principal = self.sasl.principal
+        self.decoder.max_frame_bytes = self.sasl.receive_limit(self._frame_limit)
 
     async def _encode(self, request: Request, answer: Awaitable[Any]) -> tuple[list, float] | None:
         """The encoded response to ``request`` once ``answer`` gives it, with the seconds it asks the
@@ -297,11 +371,11 @@ class Connection:
                 pending += part
                 continue
             if pending:
-                await self.loop.sock_sendall(self.sock, pending)
+                await self.stream.send(pending)
                 pending = bytearray()
-            await sendfile_all(self.loop, self.sock, part.fd, part.position, part.length)
+            await self.stream.send_file(part.fd, part.position, part.length)
         if pending:
-            await self.loop.sock_sendall(self.sock, pending)
+            await self.stream.send(pending)
         now = self.loop.time()
         self.last_active = now
         if throttle_s > 0:
@@ -390,13 +464,19 @@ class MemoryReleases:
 
 
 class KafkaListener:
+    """One listening socket and its connections. Listeners of one broker built ``shared_with`` the
+    first share its request memory pool and connection admission, so the limits are broker-wide."""
+
     def __init__(self, handlers: RequestHandlers, host: str, port: int,
-                 limits: ListenerLimits | None = None) -> None:
+                 limits: ListenerLimits | None = None, security: ListenerSecurity | None = None,
+                 shared_with: KafkaListener | None = None) -> None:
         self.handlers = handlers
         self.host = host
         self.port = port
         self.limits = limits or ListenerLimits()
-        self.pool = RequestMemoryPool(self.limits.queued_max_request_bytes)
+        self.security = security or ListenerSecurity()
+        self._shared_with = shared_with
+        self.pool = shared_with.pool if shared_with else RequestMemoryPool(self.limits.queued_max_request_bytes)
         self.admission: ConnectionAdmission | None = None
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task | None = None
@@ -405,8 +485,11 @@ class KafkaListener:
 
     async def start(self) -> int:
         loop = asyncio.get_running_loop()
-        self.admission = ConnectionAdmission(self.limits, loop.time())
-        self._memory = MemoryReleases(self.pool)
+        if self._shared_with is not None:
+            self.admission, self._memory = self._shared_with.admission, self._shared_with._memory
+        else:
+            self.admission = ConnectionAdmission(self.limits, loop.time())
+            self._memory = MemoryReleases(self.pool)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
@@ -431,7 +514,7 @@ class KafkaListener:
                 client.setblocking(False)
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 connection = Connection(client, self.handlers, self.limits.max_frame_bytes, self.pool,
-                                        self._memory.wait)
+                                        self._memory.wait, self.security)
             except OSError:  # the peer is gone already
                 client.close()
                 self.admission.closed(address)
@@ -476,3 +559,37 @@ class KafkaListener:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+
+
+class KafkaListeners:
+    """The broker's listeners (`listeners`), started and stopped together; see broker_core.server.listeners."""
+
+    def __init__(self, listeners: Mapping[str, tuple[KafkaListener, str, int | None]]) -> None:
+        # name -> (listener, advertised host, advertised port or None for the bound one); the first
+        # listener's port is the broker's `port`.
+        self.listeners = dict(listeners)
+
+    async def start(self) -> int:
+        ports = []
+        try:
+            for listener, _, _ in self.listeners.values():
+                ports.append(await listener.start())
+        except BaseException:
+            await self.stop()
+            raise
+        return ports[0]
+
+    def advertised_endpoints(self) -> dict[str, tuple[str, int]]:
+        """Each listener's advertised (host, port), once started."""
+        return {name: (host, port or listener.port) for name, (listener, host, port) in self.listeners.items()}
+
+    def bound_ports(self) -> dict[str, int]:
+        return {name: listener.port for name, (listener, _, _) in self.listeners.items()}
+
+    @property
+    def connection_count(self) -> int:
+        return sum(listener.connection_count for listener, _, _ in self.listeners.values())
+
+    async def stop(self) -> None:
+        for listener, _, _ in self.listeners.values():
+            await listener.stop()

@@ -12,6 +12,7 @@ import asyncio
 
 from broker_core.metadata.state import ProducerIdBlock
 from broker_core.metadata.store import MetadataStore
+from broker_core.security.producer_ids import principal_producer_id
 
 
 class ProducerIdAllocator:
@@ -22,11 +23,13 @@ class ProducerIdAllocator:
         self._block: ProducerIdBlock | None = None
         self._lock = asyncio.Lock()
 
-    async def next_id(self) -> int:
-        """A producer id no other broker hands out (raises MetadataError if DynamoDB cannot reserve one)."""
+    async def next_id(self, principal: str | None = None) -> int:
+        """A producer id no other broker hands out (raises MetadataError if DynamoDB cannot reserve one);
+        with ``principal`` (an authorizer is on), one bound to that principal
+        (`broker_core.security.producer_ids`)."""
         async with self._lock:
             if self._block is None or self._block.start >= self._block.end:
                 self._block = await asyncio.to_thread(self._store.allocate_producer_id_block)
-            producer_id = self._block.start
-            self._block = self._block._replace(start=producer_id + 1)
-            return producer_id
+            serial = self._block.start
+            self._block = self._block._replace(start=serial + 1)
+        return serial if principal is None else principal_producer_id(serial, principal)

@@ -39,7 +39,7 @@ TOPIC = "fuzz-produce"
 MAX_MESSAGE_BYTES = 16384
 # APIs whose requests are fuzzed as frames: none of them creates or deletes anything.
 FUZZED_APIS = [ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.API_VERSIONS,
-               ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_CLIENT_QUOTAS]
+               ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_CLIENT_QUOTAS, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
 # A fuzzed connection gets this long to answer before the case counts as an ongoing (legal) long poll.
 ANSWER_WAIT_S = 0.5
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,

@@ -18,9 +18,9 @@ TEST_BROKER_OVERRIDES = {
 
 @contextmanager
 def running_stack(directory: Path, brokers: int = 1, overrides: dict[str, str] | None = None, *,
-                  http: bool = False) -> Iterator[LocalStack]:
+                  http: bool = False, security: str = "plaintext") -> Iterator[LocalStack]:
     settings = {**TEST_BROKER_OVERRIDES, **(overrides or {})}
-    stack = LocalStack(directory=directory, brokers=brokers, overrides=settings, http=http)
+    stack = LocalStack(directory=directory, brokers=brokers, overrides=settings, http=http, security=security)
     stack.start()
     try:
         yield stack

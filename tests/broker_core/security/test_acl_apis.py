@@ -36,9 +36,12 @@ from kafka.admin import (
 )
 from kafka.admin import ResourcePatternFilter as KpFilter
 from kafka.admin import ResourceType as KpType
+from kio.schema.errors import ErrorCode
 
 from broker_core.cli import main
+from broker_core.client import BlockingConnection
 from broker_core.local_stack import LocalStack
+from broker_core.protocol.api_keys import ApiKey
 from tests.support.stack import running_stack
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -234,3 +237,30 @@ def test_super_users_may_do_anything_without_any_acl(stack: LocalStack, admin: A
     producer.produce("super-topic", b"v", on_delivery=lambda err, _msg: delivered.append(err))
     producer.flush(TIMEOUT_S)
     assert delivered == [None]
+
+
+def test_malformed_acl_requests_get_invalid_request_and_change_nothing(stack: LocalStack, admin: AdminClient) -> None:
+    delete_all(admin)
+    for future in admin.create_acls([READ_ORDERS], request_timeout=TIMEOUT_S).values():
+        future.result()
+    connection = BlockingConnection(stack.host, stack.processes[1].port)
+    try:
+        described = connection.request(ApiKey.DESCRIBE_ACLS, {
+            "resource_type_filter": 99, "resource_name_filter": None, "pattern_type_filter": 1,
+            "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}, version=3)
+        assert described.error_code == ErrorCode.invalid_request
+        created = connection.request(ApiKey.CREATE_ACLS, {"creations": [
+            {"resource_type": 2, "resource_name": "t", "resource_pattern_type": 2, "principal": "User:x",
+             "host": "*", "operation": 3, "permission_type": 3},
+            {"resource_type": 2, "resource_name": "t", "resource_pattern_type": 3, "principal": "nobody",
+             "host": "*", "operation": 3, "permission_type": 3},
+            {"resource_type": 2, "resource_name": "t", "resource_pattern_type": 3, "principal": "User:x",
+             "host": "*", "operation": -5, "permission_type": 3}]}, version=3)
+        assert [r.error_code for r in created.results] == [ErrorCode.invalid_request] * 3
+        deleted = connection.request(ApiKey.DELETE_ACLS, {"filters": [
+            {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 0,
+             "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]}, version=3)
+        assert deleted.filter_results[0].error_code == ErrorCode.invalid_request
+    finally:
+        connection.close()
+    assert describe(admin, EVERYTHING) == {READ_ORDERS}

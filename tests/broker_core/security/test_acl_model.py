@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from broker_core.security.acls import (
     AclBinding,
@@ -87,3 +89,16 @@ def test_operation_names_read_as_kafka_writes_them() -> None:
     assert parse_operation("cluster_action") is AclOperation.CLUSTER_ACTION
     with pytest.raises(AclError):
         parse_operation("Any")
+
+
+@given(st.integers(-128, 127), st.text(max_size=20), st.integers(-128, 127), st.text(max_size=20),
+       st.text(max_size=10), st.integers(-128, 127), st.integers(-128, 127))
+def test_any_wire_values_make_a_binding_or_an_acl_error(resource_type: int, name: str, pattern: int, principal: str,
+                                                        host: str, operation: int, permission: int) -> None:
+    try:
+        binding = binding_from_codes(resource_type, name, pattern, principal, host, operation, permission)
+    except AclError:
+        return
+    assert binding.pattern_type in (PatternType.LITERAL, PatternType.PREFIXED)
+    assert AclBindingFilter.from_codes(resource_type, name, pattern, principal, host, operation,
+                                       permission).matches(binding)

@@ -36,6 +36,7 @@ def test_bindings_with_awkward_names_read_back_whole_and_creating_twice_stores_o
     stored = [
         binding("orders/eu%2F=x"),
         binding("arn", principal="User:arn:aws:iam::123456789012:role/app/x"),
+        binding("g" * 5000, principal="User:" + "p" * 3000, resource_type=ResourceType.GROUP),
         binding("kafka-cluster", resource_type=ResourceType.CLUSTER, operation=AclOperation.CLUSTER_ACTION),
         binding("tx.", pattern_type=PatternType.PREFIXED, resource_type=ResourceType.TRANSACTIONAL_ID,
                 operation=AclOperation.WRITE, permission=AclPermission.DENY, host="10.1.2.3"),

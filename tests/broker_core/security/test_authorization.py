@@ -381,3 +381,41 @@ def test_a_replica_request_naming_a_broker_registered_as_another_principal_is_re
         "replica_id": 9, "isolation_level": 0,
         "topics": [{"name": "orders", "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
     assert listed.topics[0].partitions[0].error_code == ErrorCode.cluster_authorization_failed
+
+
+def test_the_scram_credential_apis_need_describe_and_alter_on_the_cluster(stack: LocalStack) -> None:
+    alteration = {"deletions": [], "upsertions": [{"name": "eve", "mechanism": 2, "iterations": 4096,
+                                                   "salt": b"s" * 16, "salted_password": b"p" * 64}]}
+    grant(stack, acl(TOPIC, "*", Op.ALL))
+    described = raw(stack, 1, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+    assert described.error_code == ErrorCode.cluster_authorization_failed
+    altered = raw(stack, 1, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, alteration)
+    assert [(r.user, r.error_code) for r in altered.results] == [("eve", ErrorCode.cluster_authorization_failed)]
+    grant(stack, acl(CLUSTER, "kafka-cluster", Op.DESCRIBE))
+    assert raw(stack, 1, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None}).results == ()
+    grant(stack, acl(CLUSTER, "kafka-cluster", Op.ALTER))
+    altered = raw(stack, 1, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, alteration)
+    assert [(r.user, r.error_code) for r in altered.results] == [("eve", ErrorCode.none)]
+    described = raw(stack, 1, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+    assert [r.user for r in described.results] == ["eve"]
+
+
+def test_metadata_and_describe_groups_report_the_principals_authorized_operations(stack: LocalStack) -> None:
+    grant(stack, acl(TOPIC, "orders", Op.READ), acl(CLUSTER, "kafka-cluster", Op.ALTER_CONFIGS))
+    response = raw(stack, 1, ApiKey.METADATA, 10, {
+        "topics": [{"name": "orders", "topic_id": None}], "allow_auto_topic_creation": False,
+        "include_cluster_authorized_operations": True, "include_topic_authorized_operations": True})
+    # READ, and DESCRIBE which READ implies; ALTER_CONFIGS and the DESCRIBE_CONFIGS it implies (and
+    # the brokers' CLUSTER_ACTION, granted to ANONYMOUS at 127.0.0.1).
+    assert response.topics[0].topic_authorized_operations == (1 << Op.READ) | (1 << Op.DESCRIBE)
+    assert response.cluster_authorized_operations == (
+        (1 << Op.ALTER_CONFIGS) | (1 << Op.DESCRIBE_CONFIGS) | (1 << Op.CLUSTER_ACTION))
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    grant(stack, *OPERATOR)
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap_servers, "group.id": "ops-group"})
+    consumer.commit(offsets=[TopicPartition("orders", 0, 0)], asynchronous=False)
+    consumer.close()
+    grant(stack, acl(GROUP, "ops-group", Op.DESCRIBE))
+    described = admin.describe_consumer_groups(["ops-group"], include_authorized_operations=True,
+                                               request_timeout=TIMEOUT_S)["ops-group"].result()
+    assert {op.name for op in described.authorized_operations} == {"DESCRIBE"}

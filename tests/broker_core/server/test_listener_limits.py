@@ -24,6 +24,7 @@ from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import encode_request
 from broker_core.protocol.messages import build_entity, request_class
 from broker_core.records import SimpleRecord
+from tests.support.sockets import closed_by_broker
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
@@ -37,21 +38,6 @@ def connect(stack, source: str = "127.0.0.1") -> socket.socket:
     sock = socket.create_connection((stack.host, stack.processes[1].port), timeout=10,
                                     source_address=(source, 0))
     return sock
-
-
-def closed_by_broker(sock: socket.socket, within_s: float) -> bool:
-    """Whether the broker closes ``sock`` within ``within_s`` (reading whatever it sends first)."""
-    deadline = time.monotonic() + within_s
-    try:
-        while (left := deadline - time.monotonic()) > 0:
-            sock.settimeout(left)
-            if not sock.recv(65536):
-                return True
-    except TimeoutError:
-        return False
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    return False
 
 
 def api_versions_round_trip(sock: socket.socket, correlation_id: int = 1) -> int:

@@ -1,0 +1,291 @@
+"""What TLS and SASL cost on the Kafka listener: one broker, three listeners, the same client and records.
+
+One broker (local stack) listens on PLAINTEXT, SSL and SASL_SSL (SCRAM-SHA-512) at once, so each
+comparison runs against the same process, data and moment; the two sides of a pair alternate which
+goes first from run to run.
+
+- **Produce**: confluent-kafka (librdkafka) sends ``--records`` values of 1000 bytes (acks=1) to a
+  fresh one-partition topic over SASL_SSL and over PLAINTEXT; records/s, ratio SASL_SSL / PLAINTEXT
+  (goal >= 0.7).
+- **Fetch**: a confluent-kafka consumer reads such a topic from the start over SSL and over PLAINTEXT
+  (PLAINTEXT hands the log's file slices to sendfile; TLS reads and encrypts them); ratio SSL / PLAINTEXT
+  (goal >= 0.5).
+- **Connection set-up**: ``--handshakes`` sequential SCRAM-SHA-512 logins (TCP connect, TLS handshake,
+  SaslHandshake, two SaslAuthenticate round trips), each on a new connection, p50 and p99; then logins
+  per second with 8 concurrent connectors for 5 s. The client caches its salted password (PBKDF2 once,
+  as a long-running client could), so its per-login CPU is TLS and a few HMACs, and the figure is
+  bounded by the broker (and by TLS on both sides sharing the machine's 2 cores).
+
+Throughput on a shared machine swings with the neighbours' load, so each run also records the broker
+process's CPU time (user + system) per record for each side, which the load moves much less.
+
+Medians over ``--runs`` go to bench/results/security_overhead.json.
+
+    .venv/bin/python bench/security_overhead.py [--runs 3] [--records 200000] [--handshakes 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import hmac
+import secrets
+import ssl
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import psutil  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
+from broker_core.local_stack import LocalStack  # noqa: E402
+from broker_core.protocol.api_keys import ApiKey  # noqa: E402
+from broker_core.protocol.framing import decode_response, encode_request  # noqa: E402
+from broker_core.protocol.messages import build_entity, request_class  # noqa: E402
+from broker_core.security.certificates import create_ca, issue, keystore_pem, write_private  # noqa: E402
+from broker_core.security.credentials import ScramCredentialStore, UserChange  # noqa: E402
+from broker_core.security.scram import make_credential, salted_password  # noqa: E402
+
+VALUE_BYTES = 1000
+USER, PASSWORD = "bench", "bench-password"
+MECHANISM = "SCRAM-SHA-512"
+PRODUCER_SETTINGS = {"acks": "1", "linger.ms": "5", "batch.size": "1000000", "batch.num.messages": "100000",
+                     "queue.buffering.max.kbytes": "65536", "message.timeout.ms": "300000"}
+CONSUMER_SETTINGS = {"fetch.max.bytes": str(50 * 1024 * 1024), "max.partition.fetch.bytes": str(10 * 1024 * 1024),
+                     "queued.max.messages.kbytes": "262144", "enable.partition.eof": "false"}
+CONCURRENT_CONNECTORS = 8
+RATE_SECONDS = 5.0
+
+
+class Listeners:
+    """The client settings of each of the broker's listeners."""
+
+    def __init__(self, stack: LocalStack, ca_path: Path) -> None:
+        ports = stack.processes[1].listeners
+        self.ca_path = ca_path
+        self.port = ports
+        tls = {"ssl.ca.location": str(ca_path)}
+        self.config = {
+            "PLAINTEXT": {"bootstrap.servers": f"{stack.host}:{ports['PLAINTEXT']}"},
+            "SSL": {"bootstrap.servers": f"{stack.host}:{ports['SSL']}", "security.protocol": "SSL", **tls},
+            "SASL_SSL": {"bootstrap.servers": f"{stack.host}:{ports['SASL_SSL']}", "security.protocol": "SASL_SSL",
+                         "sasl.mechanisms": MECHANISM, "sasl.username": USER, "sasl.password": PASSWORD, **tls},
+        }
+
+
+def start_stack(directory: Path) -> tuple[LocalStack, Listeners]:
+    ca = create_ca()
+    certificate, key = issue(ca, "broker-1", ("127.0.0.1", "localhost"))
+    keystore = write_private(directory / "broker.pem", keystore_pem(ca, certificate, key))
+    ca_path = write_private(directory / "ca.pem", ca.pem)
+    overrides = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "ssl.keystore.location": str(keystore),
+        "sasl.enabled.mechanisms": MECHANISM,
+    }
+    stack = LocalStack(directory=directory / "stack", brokers=1, overrides=overrides)
+    stack.start()
+    store = ScramCredentialStore(stack.aws)
+    store.ensure_table()
+    store.alter(UserChange(USER, (make_credential(MECHANISM, PASSWORD),), ()))
+    return stack, Listeners(stack, ca_path)
+
+
+def create_topic(config: dict[str, str], topic: str) -> None:
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+
+
+def broker_cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def produce(config: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float]:
+    """(records per second, broker CPU microseconds per record)."""
+    create_topic(config, topic)
+    producer = Producer({**config, **PRODUCER_SETTINGS})
+    value = b"v" * VALUE_BYTES
+    cpu = broker_cpu_s(pid)
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.001)
+    if producer.flush(300) != 0:
+        raise RuntimeError("the producer did not deliver every record")
+    return records / (time.perf_counter() - started), (broker_cpu_s(pid) - cpu) / records * 1e6
+
+
+def fetch(config: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float]:
+    """(records per second, broker CPU microseconds per record)."""
+    consumer = Consumer({**config, "group.id": "security-bench", "enable.auto.commit": False, **CONSUMER_SETTINGS})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    received = 0
+    cpu = broker_cpu_s(pid)
+    started = time.perf_counter()
+    while received < records:
+        received += sum(1 for m in consumer.consume(num_messages=100_000, timeout=1.0) if m.error() is None)
+    elapsed = time.perf_counter() - started
+    used = broker_cpu_s(pid) - cpu
+    consumer.close()
+    return records / elapsed, used / records * 1e6
+
+
+class CachedScramLogin:
+    """The client side of SCRAM-SHA-512 with the salted password computed once (per salt)."""
+
+    def __init__(self) -> None:
+        self._salted: dict[tuple[bytes, int], bytes] = {}
+
+    def client_final(self, client_first_bare: str, server_first: str) -> str:
+        fields = dict(part.split("=", 1) for part in server_first.split(","))
+        salt, iterations = base64.b64decode(fields["s"]), int(fields["i"])
+        key = (salt, iterations)
+        if key not in self._salted:
+            self._salted[key] = salted_password(MECHANISM, PASSWORD, salt, iterations)
+        client_key = hmac.new(self._salted[key], b"Client Key", "sha512").digest()
+        stored_key = hashlib.sha512(client_key).digest()
+        without_proof = f"c=biws,r={fields['r']}"
+        auth_message = f"{client_first_bare},{server_first},{without_proof}".encode()
+        signature = hmac.new(stored_key, auth_message, "sha512").digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}"
+
+
+async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api_key: int, version: int,
+                body: dict[str, Any]) -> Any:
+    writer.write(encode_request(api_key, version, 1, "bench", build_entity(request_class(api_key, version), body)))
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return decode_response(api_key, version, await reader.readexactly(size))[1]
+
+
+async def login(host: str, port: int, context: ssl.SSLContext, scram: CachedScramLogin) -> None:
+    reader, writer = await asyncio.open_connection(host, port, ssl=context, server_hostname=host)
+    try:
+        handshake = await _call(reader, writer, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": MECHANISM})
+        if handshake.error_code != 0:
+            raise RuntimeError(f"SaslHandshake: {handshake.error_code}")
+        bare = f"n={USER},r={secrets.token_urlsafe(24)}"
+        first = await _call(reader, writer, ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": f"n,,{bare}".encode()})
+        final = scram.client_final(bare, bytes(first.auth_bytes).decode())
+        done = await _call(reader, writer, ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": final.encode()})
+        if done.error_code != 0:
+            raise RuntimeError(f"SaslAuthenticate: {done.error_code} {done.error_message}")
+    finally:
+        writer.close()
+
+
+async def handshakes(listeners: Listeners, count: int) -> dict[str, float]:
+    context = ssl.create_default_context(cafile=str(listeners.ca_path))
+    scram = CachedScramLogin()
+    port = listeners.port["SASL_SSL"]
+    await login("127.0.0.1", port, context, scram)  # salts the password once
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        await login("127.0.0.1", port, context, scram)
+        times.append(time.perf_counter() - started)
+    times.sort()
+    completed = 0
+    deadline = time.perf_counter() + RATE_SECONDS
+
+    async def connector() -> None:
+        nonlocal completed
+        while time.perf_counter() < deadline:
+            await login("127.0.0.1", port, context, scram)
+            completed += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(connector() for _ in range(CONCURRENT_CONNECTORS)))
+    return {"p50_ms": times[len(times) // 2] * 1000, "p99_ms": times[min(len(times) - 1, int(len(times) * 0.99))] * 1000,
+            "per_second": completed / (time.perf_counter() - started)}
+
+
+def one_run(number: int, listeners: Listeners, records: int, handshake_count: int, pid: int) -> dict[str, Any]:
+    order = ("PLAINTEXT", "SASL_SSL") if number % 2 == 0 else ("SASL_SSL", "PLAINTEXT")
+    produce_runs = {name: produce(listeners.config[name], f"produce-{name.lower()}-{number}", records, pid)
+                    for name in order}
+    fetch_order = ("PLAINTEXT", "SSL") if number % 2 == 0 else ("SSL", "PLAINTEXT")
+    topic = f"produce-plaintext-{number}"
+    fetch_runs = {name: fetch(listeners.config[name], topic, records, pid) for name in fetch_order}
+    setup = asyncio.run(handshakes(listeners, handshake_count))
+    produced = {name: rate for name, (rate, _) in produce_runs.items()}
+    fetched = {name: rate for name, (rate, _) in fetch_runs.items()}
+    result = {
+        "produce_records_per_s": produced, "produce_ratio": produced["SASL_SSL"] / produced["PLAINTEXT"],
+        "produce_broker_cpu_us_per_record": {name: cpu for name, (_, cpu) in produce_runs.items()},
+        "fetch_records_per_s": fetched, "fetch_ratio": fetched["SSL"] / fetched["PLAINTEXT"],
+        "fetch_broker_cpu_us_per_record": {name: cpu for name, (_, cpu) in fetch_runs.items()},
+        "scram_handshake": setup, "cpu_pressure_avg10": cpu_pressure(),
+    }
+    print(f"run {number}: produce SASL_SSL/PLAINTEXT {result['produce_ratio']:.2f} "
+          f"({produced['SASL_SSL']:,.0f} / {produced['PLAINTEXT']:,.0f} records/s), fetch SSL/PLAINTEXT "
+          f"{result['fetch_ratio']:.2f} ({fetched['SSL']:,.0f} / {fetched['PLAINTEXT']:,.0f} records/s), "
+          f"SCRAM login p50 {setup['p50_ms']:.1f} ms p99 {setup['p99_ms']:.1f} ms, {setup['per_second']:.0f}/s; "
+          f"broker CPU us/record produce {result['produce_broker_cpu_us_per_record']}, "
+          f"fetch {result['fetch_broker_cpu_us_per_record']}",
+          flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--handshakes", type=int, default=300)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="floe-security-bench-") as directory:
+        stack, listeners = start_stack(Path(directory))
+        try:
+            pid = stack.processes[1].pid
+            runs = [one_run(number, listeners, args.records, args.handshakes, pid) for number in range(args.runs)]
+        finally:
+            stack.stop(save_state=False)
+
+    def median(*path: str) -> float:
+        values = []
+        for run in runs:
+            value: Any = run
+            for key in path:
+                value = value[key]
+            values.append(value)
+        return statistics.median(values)
+
+    result = {
+        **result_header("security_overhead"),
+        "records": args.records, "value_bytes": VALUE_BYTES, "handshakes": args.handshakes,
+        "median": {
+            "produce_ratio_sasl_ssl_over_plaintext": median("produce_ratio"),
+            "fetch_ratio_ssl_over_plaintext": median("fetch_ratio"),
+            "scram_sha_512_login_p50_ms": median("scram_handshake", "p50_ms"),
+            "scram_sha_512_login_p99_ms": median("scram_handshake", "p99_ms"),
+            "scram_sha_512_logins_per_s": median("scram_handshake", "per_second"),
+            **{f"{kind}_broker_cpu_us_per_record_{name.lower()}": median(f"{kind}_broker_cpu_us_per_record", name)
+               for kind, names in (("produce", ("PLAINTEXT", "SASL_SSL")), ("fetch", ("PLAINTEXT", "SSL")))
+               for name in names},
+        },
+        "goals": {"produce_ratio": 0.7, "fetch_ratio": 0.5},
+        "runs": runs,
+    }
+    write_result(REPO_ROOT / "bench" / "results" / "security_overhead.json", result)
+    print(result["median"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""How a Floe client secures its connections: TLS and SASL (PLAIN, SCRAM-SHA-256/512), librdkafka's names.
+
+`ClientSecurity` is what `BrokerConnection` needs: the security protocol, a TLS context (which checks
+the broker's certificate and host name) and the SASL mechanism and credentials. It is built from
+librdkafka properties (`from_properties`: `security.protocol`, `ssl.ca.location`,
+`ssl.certificate.location`, `ssl.key.location`, `sasl.mechanisms`, `sasl.username`, `sasl.password`),
+the `client_config` object a secured local stack writes to stack.json, so the `floe` commands and
+confluent-kafka read the same settings. A broker builds the one for its inter-broker connections from
+its own settings (`broker_core.server.config`). Immutable; share it between connections.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from broker_core.security.scram import SCRAM_MECHANISMS
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+CLIENT_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+
+
+class ClientSecurityError(ValueError):
+    """Client security properties that cannot be used; the message names the property."""
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    username: str = ""
+    password: str = ""
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ClientSecurityError(f"security.protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        if self.tls and self.ssl_context is None:
+            raise ClientSecurityError(f"security.protocol {self.protocol} needs a TLS context")
+        if self.sasl and self.sasl_mechanism not in CLIENT_MECHANISMS:
+            raise ClientSecurityError(f"sasl.mechanisms must be one of {', '.join(CLIENT_MECHANISMS)}, "
+                                      f"got {self.sasl_mechanism!r}")
+        if self.sasl and not self.username:
+            raise ClientSecurityError("sasl.username is required with SASL")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> ClientSecurity:
+        """From librdkafka properties (others in ``properties`` are ignored)."""
+        protocol = properties.get("security.protocol", "PLAINTEXT").upper()
+        context = None
+        if protocol in ("SSL", "SASL_SSL"):
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            try:
+                if properties.get("ssl.ca.location"):
+                    context.load_verify_locations(cafile=properties["ssl.ca.location"])
+                else:
+                    context.load_default_certs()
+                if properties.get("ssl.certificate.location"):
+                    context.load_cert_chain(properties["ssl.certificate.location"],
+                                            properties.get("ssl.key.location") or None,
+                                            properties.get("ssl.key.password") or None)
+            except (OSError, ssl.SSLError) as exc:
+                raise ClientSecurityError(f"TLS files cannot be loaded: {exc}") from None
+            if properties.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+                context.check_hostname = False
+        return cls(protocol, context, properties.get("sasl.mechanisms") or properties.get("sasl.mechanism"),
+                   properties.get("sasl.username", ""), properties.get("sasl.password", ""))
+
+
+PLAINTEXT = ClientSecurity()
