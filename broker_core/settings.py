@@ -36,6 +36,7 @@ class Scope(enum.Enum):
 
 class Kind(enum.Enum):
     INT = "int"
+    DOUBLE = "double"
     BOOLEAN = "boolean"
     STRING = "string"
 
@@ -99,7 +100,7 @@ def _topic(
     return Setting(name, Scope.TOPIC, kind, str(default), doc, resolved, choices, minimum, log_field, public)
 
 
-_INT, _BOOLEAN, _STRING = Kind.INT, Kind.BOOLEAN, Kind.STRING
+_INT, _DOUBLE, _BOOLEAN, _STRING = Kind.INT, Kind.DOUBLE, Kind.BOOLEAN, Kind.STRING
 
 SETTINGS: tuple[Setting, ...] = (
     # Broker settings: Kafka's defaults, except auto.create.topics.enable: Floe creates topics only when
@@ -255,8 +256,32 @@ SETTINGS: tuple[Setting, ...] = (
            "message.max.bytes", log_field="max_message_bytes"),
     _topic("file.delete.delay.ms", _INT, 60000, "How long a deleted segment's files linger.",
            "log.segment.delete.delay.ms", log_field="file_delete_delay_ms", public=False),
-    _topic("cleanup.policy", _STRING, "delete", "Floe deletes old segments; it does not compact.",
-           "log.cleanup.policy", choices=("delete",)),
+    # Log compaction (issue 24): Kafka's cleaner settings, names and defaults. See docs/operations.md, "Compaction".
+    _topic("cleanup.policy", _STRING, "delete",
+           "delete: old segments go by retention.ms/retention.bytes; compact: the cleaner keeps the latest record of"
+           " each key; both: compacted, and old segments also go by retention.",
+           "log.cleanup.policy", choices=("delete", "compact", "compact,delete", "delete,compact"),
+           log_field="cleanup_policy"),
+    _topic("min.cleanable.dirty.ratio", _DOUBLE, 0.5,
+           "A compacted log is cleaned once its uncleaned bytes are at least this share of its cleanable bytes.",
+           "log.cleaner.min.cleanable.ratio", log_field="min_cleanable_dirty_ratio"),
+    _topic("min.compaction.lag.ms", _INT, 0, "A record stays uncompacted at least this long after it was written.",
+           "log.cleaner.min.compaction.lag.ms", log_field="min_compaction_lag_ms"),
+    _topic("max.compaction.lag.ms", _INT, INT64_MAX,
+           "A record is compacted at most this long after it was written, whatever the dirty ratio.",
+           "log.cleaner.max.compaction.lag.ms", log_field="max_compaction_lag_ms"),
+    _topic("delete.retention.ms", _INT, 24 * _HOUR_MS,
+           "How long a tombstone (a null value) stays readable after the cleaner first saw it.",
+           "log.cleaner.delete.retention.ms", log_field="delete_retention_ms"),
+    _broker("log.cleaner.threads", _INT, 1, "Logs cleaned at once, each by a cleaner process of its own (Kafka's threads; processes keep the"
+            " cleaning's Python work off the broker's GIL)."),
+    _broker("log.cleaner.dedupe.buffer.size", _INT, 128 * 1024 * 1024,
+            "Budget of the cleaners' key maps, shared by the cleaners; keys are counted at 24 bytes each as Kafka"
+            " counts them (a Python map uses more per key)."),
+    _broker("log.cleaner.backoff.ms", _INT, 15000, "How long a cleaner waits when no log needs cleaning."),
+    _broker("log.cleaner.io.max.bytes.per.second", _DOUBLE, "1.7976931348623157E308",
+            "Bytes per second the cleaners read and write together (each holds an equal share); the default is"
+            " unlimited."),
     _topic("compression.type", _STRING, "producer", "Accepted for Kafka tools; batches are stored as the producer compressed them.",
            "compression.type", choices=("producer", "uncompressed")),
     _topic("local.retention.bytes", _INT, -2, "Local size limit of a tiered topic; -2 is retention.bytes.",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from broker_core.records.batch import MIN_RECORD_BYTES
+from broker_core.records.batch import MIN_RECORD_BYTES, decode_batch
 from broker_core.records.compression import decompressed_size
 from broker_core.records.errors import CorruptBatchError, CorruptCompressionError, DecompressionLimitError
 from broker_core.records.header import (
@@ -29,7 +29,12 @@ from broker_core.records.header import (
     verify_crc,
 )
 
-from .errors import LeaderEpochOutOfOrderError, OffsetsOutOfOrderError, RecordTooLargeError
+from .errors import (
+    LeaderEpochOutOfOrderError,
+    OffsetsOutOfOrderError,
+    RecordTooLargeError,
+    RecordWithoutKeyError,
+)
 from .segment import AppendedBatch
 
 Buffer = bytes | bytearray | memoryview
@@ -115,6 +120,20 @@ def _check_decompressed_size(view: memoryview, position: int, header: BatchHeade
         )
 
 
+def check_keys(view: memoryview, batches: list[tuple[int, BatchHeader]], max_decompressed_bytes: int) -> None:
+    """A compacted topic's rule (Kafka's LogValidator): every record of a data batch carries a key.
+
+    Raises RecordWithoutKeyError naming the first keyless record; control batches are not checked.
+    """
+    for position, header in batches:
+        if header.is_control:
+            continue
+        decoded = decode_batch(view, position, verify_crc=False, max_decompressed_bytes=max_decompressed_bytes)
+        for number, record in enumerate(decoded.records):
+            if record.key is None:
+                raise RecordWithoutKeyError(position=position, base_offset=header.base_offset, record_index=number)
+
+
 class LeaderAppend(NamedTuple):
     """A leader append ready to write: ``parts`` back to back are the batches with their offsets assigned."""
 
@@ -188,18 +207,19 @@ def check_follower_append(
     latest_epoch: int | None,
     topic: str,
     partition: int,
+    allow_gaps: bool = False,
 ) -> FollowerAppend:
     """Check replicated ``batches`` (non-empty) against the log end and the latest leader epoch.
 
     The first batch must start at or above ``log_end_offset`` and each next one where the previous
-    ended, else OffsetsOutOfOrderError; epochs must not go back, else LeaderEpochOutOfOrderError.
+    ended (with ``allow_gaps``, a compacted log's, anywhere above it), else OffsetsOutOfOrderError; epochs must not go back, else LeaderEpochOutOfOrderError.
     """
     expected = log_end_offset
     new_epochs: list[tuple[int, int]] = []
     described: list[AppendedBatch] = []
     max_timestamp, offset_of_max = -1, -1
     for position, header in batches:
-        if header.base_offset < expected or (position and header.base_offset != expected):
+        if header.base_offset < expected or (position and header.base_offset != expected and not allow_gaps):
             raise OffsetsOutOfOrderError(
                 topic=topic,
                 partition=partition,

@@ -19,6 +19,8 @@ from .errors import CorruptCheckpointError
 
 RECOVERY_POINT_FILE = "recovery-point"
 LOG_START_OFFSET_FILE = "log-start-offset"
+# The compacted log's first dirty offset (broker_core/log/cleaner.py); truncation pulls it back.
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 TEMP_SUFFIX = ".tmp"
 CHECKPOINT_VERSION = 0
 

@@ -17,6 +17,7 @@ from broker_core.settings import INT64_MAX, TOPIC_SETTINGS, Kind, Setting
 
 INT32_MAX = 2**31 - 1
 TIMESTAMP_TYPES = TOPIC_SETTINGS["message.timestamp.type"].choices
+CLEANUP_POLICIES = TOPIC_SETTINGS["cleanup.policy"].choices
 # Fields where Kafka's Long.MAX_VALUE default means "never".
 _NEVER_AT_INT64_MAX = ("flush_messages", "flush_ms")
 _LOG_SETTINGS = tuple(s for s in TOPIC_SETTINGS.values() if s.log_field is not None)
@@ -28,9 +29,13 @@ def _field_value(setting: Setting, value: Any) -> Any:
     return value
 
 
+def _parser(setting: Setting) -> Callable[[str], Any]:
+    return {Kind.INT: int, Kind.DOUBLE: float}.get(setting.kind, str)
+
+
 def _default(name: str) -> Any:
     setting = TOPIC_SETTINGS[name]
-    return _field_value(setting, int(setting.default) if setting.kind is Kind.INT else setting.default)
+    return _field_value(setting, _parser(setting)(setting.default))
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,11 @@ class LogConfig:
     max_message_bytes: int = _default("max.message.bytes")
     file_delete_delay_ms: int = _default("file.delete.delay.ms")
     max_decompressed_bytes: int = _default("floe.message.max.decompressed.bytes")
+    cleanup_policy: str = _default("cleanup.policy")
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
+    delete_retention_ms: int = _default("delete.retention.ms")
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -63,6 +73,16 @@ class LogConfig:
     @property
     def uses_log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy names compact: the cleaner keeps the latest record of each key, and every record needs a key."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy names delete: retention.ms and retention.bytes delete old segments."""
+        return "delete" in self.cleanup_policy.split(",")
 
     @classmethod
     def from_kafka(cls, configs: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
@@ -126,6 +146,16 @@ def _check_index_bytes(name: str, value: Any) -> None:
         raise ValueError(f"{name} must hold at least one index entry (12 bytes), got {value!r}")
 
 
+def _check_cleanup_policy(name: str, value: object) -> None:
+    if value not in CLEANUP_POLICIES:
+        raise ValueError(f"{name} must be one of {', '.join(CLEANUP_POLICIES)}, got {value!r}")
+
+
+def _check_ratio(name: str, value: object) -> None:
+    if not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+
+
 def _check_timestamp_type(name: str, value: object) -> None:
     if value not in TIMESTAMP_TYPES:
         raise ValueError(f"{name} must be one of {', '.join(TIMESTAMP_TYPES)}, got {value!r}")
@@ -144,13 +174,18 @@ _FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
     "max_message_bytes": _check_positive_int32,
     "file_delete_delay_ms": _check_non_negative,
     "max_decompressed_bytes": _check_positive,
+    "cleanup_policy": _check_cleanup_policy,
+    "min_cleanable_dirty_ratio": _check_ratio,
+    "min_compaction_lag_ms": _check_non_negative,
+    "max_compaction_lag_ms": _check_positive,
+    "delete_retention_ms": _check_non_negative,
 }
 
 
 # (Kafka key, setting, parser) in application order: every broker-level synonym from the coarsest unit
 # to the finest, then the topic-level names, so a finer unit and then a topic's own config win.
 _KAFKA_KEYS: tuple[tuple[str, Setting, Callable[[str], Any]], ...] = (
-    *((synonym.name, s, synonym.parse if s.kind is Kind.INT else str)
+    *((synonym.name, s, synonym.parse if s.kind is Kind.INT else _parser(s))
       for s in _LOG_SETTINGS for synonym in reversed(s.synonyms)),
-    *((s.name, s, int if s.kind is Kind.INT else str) for s in _LOG_SETTINGS),
+    *((s.name, s, _parser(s)) for s in _LOG_SETTINGS),
 )

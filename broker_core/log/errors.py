@@ -70,6 +70,19 @@ class RecordTooLargeError(LogError):
         self.position = position
 
 
+class RecordWithoutKeyError(LogError):
+    """A record without a key was produced to a compacted topic (Kafka's INVALID_RECORD); nothing was written."""
+
+    def __init__(self, *, position: int, base_offset: int, record_index: int) -> None:
+        super().__init__(
+            f"compacted topic cannot accept a record without a key: record {record_index} of the batch "
+            f"at byte {position}"
+        )
+        self.position = position
+        self.base_offset = base_offset
+        self.record_index = record_index
+
+
 class LeaderEpochOutOfOrderError(LogError):
     """An append carries a leader epoch older than the log's latest one (a fenced leader or a bad follower batch)."""
 

@@ -25,11 +25,13 @@ from .append import (
     AppendInfo,
     ValidatedBatches,
     check_follower_append,
+    check_keys,
     empty_append,
     prepare_leader_append,
     validate_batches,
 )
 from .checkpoint import (
+    CLEANER_CHECKPOINT_FILE,
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
     fsync_directory,
@@ -47,6 +49,7 @@ from .recovery import recover_segments, remove_leftovers
 from .retention import retention_rule
 from .retired_segments import RetiredSegments
 from .segment import FileSlice, Segment
+from .swap import SWAP_SUFFIX, finish_swaps
 
 __all__ = ["AppendInfo", "PartitionLog"]
 
@@ -134,6 +137,7 @@ class PartitionLog:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        swap_finished = finish_swaps(directory)
         remove_leftovers(directory)
         leader_epochs = LeaderEpochCheckpoint(directory / LEADER_EPOCH_CHECKPOINT_FILE)
         try:
@@ -167,7 +171,7 @@ class PartitionLog:
             recovery_point=min(recovery_point, log_end_offset),
             monotonic_clock=monotonic_clock,
         )
-        if recovered_any:
+        if recovered_any or swap_finished:
             log._directory_dirty = True
             log._write_log_start_offset()
             log.flush()
@@ -202,13 +206,15 @@ class PartitionLog:
         return sum(segment.size for segment in self._segments)
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
-        return Segment.create(
+        segment = Segment.create(
             self.directory,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             segment_index_bytes=self.config.segment_index_bytes,
             now_ms=now_ms,
         )
+        segment.offsets_may_skip = self.config.compact
+        return segment
 
     # ---------------------------------------------------------------- appending
 
@@ -235,6 +241,8 @@ class PartitionLog:
         ``records`` may be the result of `validate`, which is then not repeated.
         """
         view, batches = records if isinstance(records, ValidatedBatches) else self.validate(records)
+        if self.config.compact:
+            check_keys(view, batches, self._max_decompressed_bytes)
         now = wall_clock_ms() if now_ms is None else now_ms
         latest_epoch = self.leader_epochs.latest_epoch
         if latest_epoch is not None and leader_epoch < latest_epoch:
@@ -265,7 +273,9 @@ class PartitionLog:
         """Append replicated batches as they are: offsets and leader epochs come from the leader.
 
         The first batch must start at or above the log end (above it, a new segment starts there) and
-        each next batch where the previous one ended, else OffsetsOutOfOrderError; leader epochs must
+        each next batch where the previous one ended, else OffsetsOutOfOrderError; a compacted log
+        takes gaps the leader's cleaner left (each batch only has to start above the previous one)
+        without rolling; leader epochs must
         not go back, else LeaderEpochOutOfOrderError. Each new epoch is added to the leader-epoch
         cache at its first batch. Nothing is written if any check fails. ``records`` may be the
         result of `validate`, which is then not repeated.
@@ -284,9 +294,10 @@ class PartitionLog:
             latest_epoch=self.leader_epochs.latest_epoch,
             topic=self.topic,
             partition=self.partition,
+            allow_gaps=self.config.compact,
         )
         first_offset = info.base_offset
-        if first_offset > log_end_offset:
+        if first_offset > log_end_offset and not self.config.compact:
             segment = self._roll_to(first_offset, now)
         else:
             segment = self._segment_for_append(len(view), first_offset, info.last_offset, now)
@@ -439,22 +450,25 @@ class PartitionLog:
         timestamp is >= ``timestamp_ms``; None if no record is that recent."""
         log_start_offset = self._log_start_offset
         for segment in self._segments:
-            if segment.next_offset <= log_start_offset:
-                continue
-            found = segment.find_by_timestamp(timestamp_ms, log_start_offset)
-            if found is None:
-                continue
-            position, header = found
-            if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-                return max(header.base_offset, log_start_offset), header.max_timestamp
-            batch = decode_batch(
-                segment.read_batch(position, header),
-                verify_crc=False,
-                max_decompressed_bytes=self._max_decompressed_bytes,
-            )
-            for record in batch.records:
-                if record.timestamp >= timestamp_ms and record.offset >= log_start_offset:
-                    return record.offset, record.timestamp
+            search_from = log_start_offset
+            while segment.next_offset > search_from:
+                found = segment.find_by_timestamp(timestamp_ms, search_from)
+                if found is None:
+                    break
+                position, header = found
+                if header.timestamp_type is TimestampType.LOG_APPEND_TIME and header.records_count:
+                    return max(header.base_offset, log_start_offset), header.max_timestamp
+                batch = decode_batch(
+                    segment.read_batch(position, header),
+                    verify_crc=False,
+                    max_decompressed_bytes=self._max_decompressed_bytes,
+                )
+                for record in batch.records:
+                    if record.timestamp >= timestamp_ms and record.offset >= log_start_offset:
+                        return record.offset, record.timestamp
+                # Nothing here after all (the batch straddles the log start, or the cleaner emptied it
+                # and it kept its max timestamp): go on with the next batch.
+                search_from = header.next_offset
         return None
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -491,6 +505,7 @@ class PartitionLog:
         if self._log_start_offset > log_end_offset:
             self._log_start_offset = log_end_offset
             self._write_log_start_offset()
+        self._truncate_cleaner_checkpoint(log_end_offset)
         self.delete_expired_segments()
         return True
 
@@ -508,6 +523,7 @@ class PartitionLog:
         self._write_log_start_offset()
         self._recovery_point = offset
         write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, offset)
+        self._truncate_cleaner_checkpoint(offset)
         self.flush()
         self.delete_expired_segments()
 
@@ -576,6 +592,37 @@ class PartitionLog:
             self.leader_epochs.truncate_from_start(new_start)
         return count
 
+    def replace_segments(self, old: list[Segment], old_sizes: list[int], cleaned: Segment) -> bool:
+        """The cleaner's swap: put ``cleaned`` (files named ``*.swap``) in place of the consecutive ``old``.
+
+        Refused (False, nothing changed) when the log no longer holds exactly ``old`` at those sizes
+        (retention, truncation or a close came first), or when ``old`` would include the active
+        segment. Otherwise the old segments are retired (renamed ``*.deleted``, their descriptors kept
+        for file.delete.delay.ms as for retention), the new one takes their place in one replacement
+        of the segment list, and its files are renamed from ``.swap`` to their plain names; see
+        `broker_core.log.swap` for why a kill at any point of this leaves a log that opens whole.
+        """
+        segments = self._segments
+        if self._closed or not old:
+            return False
+        try:
+            first = next(i for i, segment in enumerate(segments) if segment is old[0])
+        except StopIteration:
+            return False
+        stop = first + len(old)
+        if (
+            stop >= len(segments)
+            or any(a is not b for a, b in zip(segments[first:stop], old, strict=True))
+            or [segment.size for segment in old] != old_sizes
+        ):
+            return False
+        self._retire(list(old))
+        cleaned.offsets_may_skip = self.config.compact
+        self._segments = [*segments[:first], cleaned, *segments[stop:]]
+        cleaned.rename_suffix(SWAP_SUFFIX, "")
+        self._directory_dirty = True
+        return True
+
     def _retire(self, segments: list[Segment]) -> None:
         """Take segments out of service: rename to *.deleted now, close and unlink after file.delete.delay.ms."""
         self._retired.retire(segments)
@@ -585,6 +632,16 @@ class PartitionLog:
     def delete_expired_segments(self) -> None:
         """Close and unlink retired segments whose file.delete.delay.ms has passed."""
         self._retired.delete_expired()
+
+    def _truncate_cleaner_checkpoint(self, offset: int) -> None:
+        """Pull a compacted log's first dirty offset back to ``offset``: what is appended after a truncation is dirty."""
+        path = self.directory / CLEANER_CHECKPOINT_FILE
+        try:
+            checkpoint = read_offset_checkpoint(path)
+        except CorruptCheckpointError:
+            checkpoint = offset + 1
+        if checkpoint is not None and checkpoint > offset:
+            write_offset_checkpoint(path, offset)
 
     def _write_log_start_offset(self) -> None:
         write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self._log_start_offset)

@@ -1,6 +1,6 @@
 """Bringing a partition's segments back after a clean shutdown or a crash, when its log is opened.
 
-`PartitionLog.open` calls `remove_leftovers` first, to delete what a crash can leave behind
+`PartitionLog.open` has `swap.finish_swaps` settle an interrupted cleaner swap, then calls `remove_leftovers`, to delete what a crash can leave behind
 (retired `*.deleted` files, temp checkpoints, indexes without a .log), reads the checkpoints, and
 then has `recover_segments` open every segment and re-validate batch by batch each one that
 reaches past the recovery point or whose cheap check fails (indexes rebuilt, the file cut at the
@@ -43,6 +43,7 @@ def recover_segments(
             index_interval_bytes=config.index_interval_bytes,
             segment_index_bytes=config.segment_index_bytes,
         )
+        segment.offsets_may_skip = config.compact
         segments.append(segment)
         index_problems.append(problem)
 
@@ -70,15 +71,15 @@ def recover_segments(
         number += 1
 
     if not segments:
-        segments.append(
-            Segment.create(
-                directory,
-                log_start_offset,
-                index_interval_bytes=config.index_interval_bytes,
-                segment_index_bytes=config.segment_index_bytes,
-                now_ms=clock_ms(),
-            )
+        segment = Segment.create(
+            directory,
+            log_start_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            segment_index_bytes=config.segment_index_bytes,
+            now_ms=clock_ms(),
         )
+        segment.offsets_may_skip = config.compact
+        segments.append(segment)
         recovered_any = True
     return segments, recovered_any
 

@@ -95,6 +95,11 @@ def reserve_blocks(fd: int, offset: int, length: int) -> bool:
     return False
 
 
+def _with_suffix(path: Path, old: str, new: str) -> Path:
+    name = path.name[: len(path.name) - len(old)] if old else path.name
+    return path.with_name(name + new)
+
+
 def segment_file_name(base_offset: int, suffix: str) -> str:
     """Kafka's file name: the base offset as 20 zero-padded digits, then the suffix."""
     return f"{base_offset:020d}{suffix}"
@@ -149,10 +154,11 @@ class Segment:
         offset_index: OffsetIndex,
         time_index: TimeIndex,
         created_ms: int,
+        suffix: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + suffix)
         self.fd = fd
         self.offset_index = offset_index
         self.time_index = time_index
@@ -167,6 +173,9 @@ class Segment:
         # End of the disk blocks reserved for this file (see RESERVE_AHEAD_BYTES); at least its size.
         self._reserved_end = 0
         self.deleted = False
+        # A compacted log's cleaner removes records, leaving gaps between batches (never renumbering):
+        # then a batch must only start above the previous one, not right after it.
+        self.offsets_may_skip = False
 
     # ---------------------------------------------------------------- construction
 
@@ -179,15 +188,19 @@ class Segment:
         index_interval_bytes: int,
         segment_index_bytes: int,
         now_ms: int,
+        suffix: str = "",
     ) -> Segment:
-        """A new empty segment; any stale files with the same base offset are replaced."""
-        log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        """A new empty segment; any stale files with the same base offset are replaced.
+
+        ``suffix`` is added to all three file names (the cleaner writes ``.cleaned`` segments).
+        """
+        log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + suffix)
         fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         offset_index = OffsetIndex(
-            directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset, segment_index_bytes
+            directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix), base_offset, segment_index_bytes
         )
         time_index = TimeIndex(
-            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, segment_index_bytes
+            directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix), base_offset, segment_index_bytes
         )
         for index in (offset_index, time_index):
             index.path.unlink(missing_ok=True)
@@ -200,21 +213,23 @@ class Segment:
             offset_index=offset_index,
             time_index=time_index,
             created_ms=now_ms,
+            suffix=suffix,
         )
 
     @classmethod
     def open(
-        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, segment_index_bytes: int
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, segment_index_bytes: int,
+        suffix: str = "",
     ) -> tuple[Segment, CorruptIndexError | None]:
         """Open an existing segment without scanning it: the caller follows with `check_tail` or `recover`.
 
         Returns the segment and the CorruptIndexError its index files raised on load, if any; in that
         case the segment starts with empty indexes and must be recovered.
         """
-        log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + suffix)
         fd = os.open(log_path, os.O_RDWR)
-        index_path = directory / segment_file_name(base_offset, INDEX_SUFFIX)
-        time_index_path = directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+        index_path = directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix)
+        time_index_path = directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix)
         problem = None
         try:
             offset_index = OffsetIndex.load(index_path, base_offset, segment_index_bytes)
@@ -233,6 +248,7 @@ class Segment:
             offset_index=offset_index,
             time_index=time_index,
             created_ms=stat.st_mtime_ns // 1_000_000,
+            suffix=suffix,
         )
         segment._end = (stat.st_size, base_offset)
         # Blocks a crashed process reserved past the end are given back when the segment is sealed.
@@ -249,6 +265,13 @@ class Segment:
     def next_offset(self) -> int:
         """One past the last offset in the segment (the base offset when empty)."""
         return self._end[1]
+
+    @property
+    def first_batch_timestamp(self) -> int:
+        """Max timestamp of the first batch (what segment.ms and max.compaction.lag.ms count from), else the creation time."""
+        if self._first_batch_timestamp is not None:
+            return self._first_batch_timestamp
+        return self._created_ms
 
     @property
     def largest_timestamp(self) -> int:
@@ -526,7 +549,11 @@ class Segment:
                 return False
         if size:
             first = self._header_at(0, size)
-            if first is None or first.base_offset != self.base_offset:
+            if first is None or (
+                first.base_offset < self.base_offset
+                if self.offsets_may_skip
+                else first.base_offset != self.base_offset
+            ):
                 return False
             self._first_batch_timestamp = first.max_timestamp
         return True
@@ -551,7 +578,11 @@ class Segment:
             header = self._header_at(position, size)
             if header is None:
                 return False
-            if expected_base is not None and header.base_offset != expected_base:
+            if expected_base is not None and (
+                header.base_offset < expected_base
+                if self.offsets_may_skip
+                else header.base_offset != expected_base
+            ):
                 return False
             if entry_offset is not None and header.last_offset != entry_offset:
                 return False
@@ -572,7 +603,7 @@ class Segment:
 
         A batch is bad if its header fails the sanity checks, its CRC-32C does not match, it is larger
         than ``max_message_bytes``, its base offset does not continue the previous batch (or the file
-        name for the first one), or ``accept_epoch(base_offset, partition_leader_epoch)`` says no.
+        name for the first one; in a compacted log, only start above it), or ``accept_epoch(base_offset, partition_leader_epoch)`` says no.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -593,7 +624,11 @@ class Segment:
                         except RecordsError:
                             break
                         if (
-                            header.base_offset != expected_base
+                            (
+                                header.base_offset < expected_base
+                                if self.offsets_may_skip
+                                else header.base_offset != expected_base
+                            )
                             or header.size > max_message_bytes
                             or header.last_offset - self.base_offset > INT32_MAX
                             or not accept_epoch(header.base_offset, header.partition_leader_epoch)
@@ -624,6 +659,23 @@ class Segment:
         return size - valid
 
     # ---------------------------------------------------------------- deletion
+
+    def rename_suffix(self, old: str, new: str) -> None:
+        """Rename the three files from ``<name><old>`` to ``<name><new>``, indexes first and the .log last.
+
+        The cleaner's crash-safe swap relies on that order: recovery treats a segment as renamed once
+        its .log is (see `swap`). Open descriptors and index contents are unaffected.
+        """
+        for index in (self.offset_index, self.time_index):
+            target = _with_suffix(index.path, old, new)
+            try:
+                index.path.rename(target)
+            except FileNotFoundError:
+                pass
+            index.path = target
+        target = _with_suffix(self.log_path, old, new)
+        self.log_path.rename(target)
+        self.log_path = target
 
     def mark_deleted(self) -> None:
         """Rename the three files to ``*.deleted``; the open descriptor keeps serving readers until `close`."""

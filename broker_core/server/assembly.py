@@ -33,6 +33,7 @@ from .config import BrokerConfig
 from .handlers import RequestHandlers
 from .listener import KafkaListener, KafkaListeners, ListenerLimits, ListenerSecurity
 from .listeners import ListenerSpec
+from .log_cleaner import LogCleanerService
 from .producer_ids import ProducerIdAllocator
 from .sasl import SaslConfig, sasl_on_a_listener_without_it
 
@@ -61,7 +62,7 @@ def build_broker(config: BrokerConfig) -> Broker:
         listener=build_listeners(config, handlers, store.get),
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
-        services=(quotas, credentials, acls, groups, tiering),
+        services=(quotas, credentials, acls, groups, tiering, LogCleanerService(broker)),
         followers=(quotas, credentials, acls),
     ))
     return broker

@@ -21,9 +21,12 @@ from broker_core.security.principal import ANONYMOUS, KafkaPrincipal
 from broker_core.security.tls import client_context, keystore_principal
 from broker_core.settings import (
     TOPIC_SETTINGS,
+    BrokerOverrides,
+    Kind,
     bool_setting,
     broker_setting,
     check_broker_overrides,
+    effective,
     int_setting,
 )
 
@@ -104,8 +107,11 @@ class BrokerConfig:
         self.inter_broker_security  # noqa: B018 - and so does building the inter-broker connections' security
 
 
-def validate_topic_configs(configs: Mapping[str, str]) -> None:
-    """Refuse (TopicConfigError) a name that is not a public topic setting, or a value it cannot take."""
+def validate_topic_configs(configs: Mapping[str, str], broker: BrokerOverrides | None = None) -> None:
+    """Refuse (TopicConfigError) a name that is not a public topic setting, or a value it cannot take.
+
+    With ``broker``, settings the topic leaves to the broker (log.cleanup.policy) count too.
+    """
     for name, value in configs.items():
         setting = TOPIC_SETTINGS.get(name)
         if setting is None or not setting.public:
@@ -115,6 +121,11 @@ def validate_topic_configs(configs: Mapping[str, str]) -> None:
         if setting.allowed:
             if value not in setting.allowed:
                 raise TopicConfigError(f"{name} must be one of {sorted(setting.allowed)}, got {value!r}")
+        elif setting.kind is Kind.DOUBLE:
+            try:
+                float(value)
+            except ValueError:
+                raise TopicConfigError(f"{name} must be a number, got {value!r}") from None
         else:
             try:
                 int(value)
@@ -125,6 +136,18 @@ def validate_topic_configs(configs: Mapping[str, str]) -> None:
         if minimum is not None and int(value) < minimum:
             raise TopicConfigError(f"{name} must be at least {minimum}")
     try:
-        LogConfig.from_kafka(configs)
+        log_config = LogConfig.from_kafka(configs)
     except ValueError as exc:
         raise TopicConfigError(str(exc)) from None
+    if log_config.min_compaction_lag_ms > log_config.max_compaction_lag_ms:
+        raise TopicConfigError(
+            f"min.compaction.lag.ms {log_config.min_compaction_lag_ms} is above max.compaction.lag.ms "
+            f"{log_config.max_compaction_lag_ms}"
+        )
+    policy = log_config.cleanup_policy if broker is None else effective(configs, broker, "cleanup.policy")
+    if "compact" in policy.split(",") and configs.get("remote.storage.enable") == "true":
+        # Kafka's choice (KIP-405): tiered segments are never rewritten, so a compacted topic stays local.
+        raise TopicConfigError(
+            f"remote.storage.enable=true is not supported with cleanup.policy={policy}: "
+            "tiered storage keeps only topics with cleanup.policy=delete"
+        )

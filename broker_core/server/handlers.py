@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError
+from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError, RecordWithoutKeyError
 from broker_core.log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
@@ -615,7 +615,7 @@ class RequestHandlers:
                 result["error_message"] = "manual replica assignment is not supported; give num_partitions and replication_factor"
                 continue
             try:
-                validate_topic_configs(configs)
+                validate_topic_configs(configs, self.context.config)
                 if num_partitions >= 1 and replication >= 1:
                     limits.check_new_partitions(
                         existing_partitions=existing_partitions, existing_replicas=existing_replicas,
@@ -891,6 +891,7 @@ _APPEND_ERROR_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
     (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (RecordTooLargeError, ErrorCode.message_too_large),
+    (RecordWithoutKeyError, ErrorCode.invalid_record),
     (UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
     (RecordsError, ErrorCode.corrupt_message),
 )
