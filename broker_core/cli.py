@@ -318,6 +318,34 @@ def _quotas_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configs_describe(args: argparse.Namespace) -> int:
+    async def run() -> dict[str, str | None]:
+        async with _client(args) as client:
+            return await client.describe_configs(args.entity_name)
+
+    configs = asyncio.run(run())
+    print(f"Dynamic configs for topic {args.entity_name} are:")
+    for name in sorted(configs):
+        print(f"  {name}={'null' if configs[name] is None else configs[name]}")
+    return 0
+
+
+def _configs_alter(args: argparse.Namespace) -> int:
+    set_configs = parse_overrides([p for p in (args.add_config or "").split(",") if p], "--add-config")
+    delete = [name.strip() for name in (args.delete_config or "").split(",") if name.strip()]
+    if not set_configs and not delete:
+        raise SystemExit("floe configs alter: give --add-config and/or --delete-config")
+
+    async def run() -> None:
+        async with _client(args) as client:
+            await client.alter_topic_configs(args.entity_name, set_configs, delete, validate_only=args.validate_only)
+
+    asyncio.run(run())
+    verb = "Validated" if args.validate_only else "Completed updating"
+    print(f"{verb} config for topic {args.entity_name}.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="floe", description="Floe: a Kafka-compatible log on object storage")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -413,6 +441,19 @@ def build_parser() -> argparse.ArgumentParser:
                                         help="the quotas of the entity named (default: of every entity)")
     describe_quotas.add_argument("--format", choices=("text", "json"), default="text")
     describe_quotas.set_defaults(func=_quotas_describe)
+    configs = commands.add_parser("configs", help="topic configs, as kafka-configs alters and describes them"
+                                  ).add_subparsers(dest="configs_command", required=True)
+    topic_entity = argparse.ArgumentParser(add_help=False)
+    topic_entity.add_argument("--entity-type", choices=("topics",), default="topics")
+    topic_entity.add_argument("--entity-name", "--topic", dest="entity_name", required=True, metavar="TOPIC")
+    describe_configs = configs.add_parser("describe", parents=[cluster, topic_entity], help="a topic's configs")
+    describe_configs.set_defaults(func=_configs_describe)
+    alter_configs = configs.add_parser("alter", parents=[cluster, topic_entity],
+                                       help="set and delete a topic's configs, all or nothing")
+    alter_configs.add_argument("--add-config", metavar="KEY=VALUE,...", help="settings to set")
+    alter_configs.add_argument("--delete-config", metavar="KEY,...", help="settings to return to their default")
+    alter_configs.add_argument("--validate-only", action="store_true", help="check without applying")
+    alter_configs.set_defaults(func=_configs_alter)
     add_user_commands(commands, cluster)
     add_acl_commands(commands, cluster, _client)
     return parser

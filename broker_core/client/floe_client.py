@@ -363,6 +363,19 @@ class FloeClient:
             configs.update((entry.name, entry.value) for entry in result.configs)
         return configs
 
+    async def alter_topic_configs(self, topic: str, set_configs: Mapping[str, str], delete: Sequence[str] = (), *,
+                                  validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs on one topic: set and delete settings together (all or nothing); raises
+        KafkaError with the broker's message (INVALID_CONFIG naming the setting) when it refuses."""
+        configs = [{"name": k, "config_operation": 0, "value": v} for k, v in set_configs.items()]
+        configs += [{"name": k, "config_operation": 1, "value": None} for k in delete]
+        response = await self._send_anywhere(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+            "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic, "configs": configs}],
+            "validate_only": validate_only,
+        }, idempotent=False)
+        for result in response.responses:
+            raise_for(result.error_code, result.error_message, topic=topic)
+
     async def alter_client_quotas(self, entity: Sequence[tuple[str, str | None]], set_values: Mapping[str, float],
                                   remove: Sequence[str] = (), *, validate_only: bool = False) -> None:
         """Set and remove quotas of one entity, given as (entity_type, name or None for the default)
