@@ -63,6 +63,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DELETE_RECORDS: (0, 2),
 }
 
 

@@ -28,6 +28,7 @@ from tiered_storage.service import TieringService
 
 from .acl_apis import AclApis
 from .admin_configs import ConfigApis
+from .admin_records import RecordDeletion
 from .authorization import guard_credential_apis
 from .broker import Broker, BrokerParts
 from .config import BrokerConfig
@@ -56,7 +57,8 @@ def build_broker(config: BrokerConfig) -> Broker:
     credentials = ScramCredentialAdmin(store, announce_metadata_change(broker))
     acls = AclService(config.aws, broker.authorizer)
     apis = {**groups.api_handlers(), **guard_credential_apis(credentials.api_handlers(), broker.authorizer),
-            **AclApis(broker, acls).api_handlers(), **ConfigApis(broker).api_handlers()}
+            **AclApis(broker, acls).api_handlers(), **ConfigApis(broker).api_handlers(),
+            **RecordDeletion(broker).api_handlers()}
     for api_key, handler in apis.items():
         handlers.register(api_key, handler)
     broker.host(BrokerParts(
