@@ -115,8 +115,10 @@ class ClusterDescriptions:
                 if not may_read:
                     result["error_code"] = ErrorCode.topic_authorization_failed
                     continue
-                partition = self._leader(topic.name, index, result)
-                if partition is not None and partition.producers is not None:
+                partition = leader_replica(self.context, topic.name, index)
+                if isinstance(partition, ErrorCode):
+                    result["error_code"] = partition
+                elif partition.producers is not None:
                     result["active_producers"] = [
                         {"producer_id": pid, "producer_epoch": entry.epoch,
                          "last_sequence": entry.batches[-1].last_sequence if entry.batches else -1,
@@ -126,13 +128,13 @@ class ClusterDescriptions:
             topics.append({"name": topic.name, "partitions": partitions})
         return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
 
-    def _leader(self, topic: str, index: int, result: dict[str, Any]) -> Partition | None:
-        image = self.context.image
-        if topic not in image.topics or (topic, index) not in image.partitions:
-            result["error_code"] = ErrorCode.unknown_topic_or_partition
-            return None
-        partition = self.context.replicas.get(topic, index)
-        if partition is None or not partition.is_leader:
-            result["error_code"] = ErrorCode.not_leader_or_follower
-            return None
-        return partition
+
+def leader_replica(context: BrokerContext, topic: str, index: int) -> Partition | ErrorCode:
+    """The replica of (topic, index) this broker leads, else the error a request for it gets."""
+    image = context.image
+    if topic not in image.topics or (topic, index) not in image.partitions:
+        return ErrorCode.unknown_topic_or_partition
+    partition = context.replicas.get(topic, index)
+    if partition is None or not partition.is_leader:
+        return ErrorCode.not_leader_or_follower
+    return partition

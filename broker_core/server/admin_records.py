@@ -32,6 +32,7 @@ from broker_core.protocol.messages import NO_THROTTLE, respond
 from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.settings import effective
 
+from .admin_describe import leader_replica
 from .authorization import allowed
 
 if TYPE_CHECKING:
@@ -70,14 +71,10 @@ class RecordDeletion:
         return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
 
     def _delete(self, request: Request, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
-        image = self.context.image
-        described = image.topics.get(topic)
-        if described is None or (topic, index) not in image.partitions:
-            return ErrorCode.unknown_topic_or_partition, NO_LOW_WATERMARK
-        partition = self.context.replicas.get(topic, index)
-        if partition is None or not partition.is_leader:
-            return ErrorCode.not_leader_or_follower, NO_LOW_WATERMARK
-        if effective(described.configs, self.context.config, "remote.storage.enable") == "true":
+        partition = leader_replica(self.context, topic, index)
+        if isinstance(partition, ErrorCode):
+            return partition, NO_LOW_WATERMARK
+        if effective(self.context.image.topics[topic].configs, self.context.config, "remote.storage.enable") == "true":
             log.info("refused DeleteRecords on tiered %s-%d from %s", topic, index, request.client_host)
             return ErrorCode.policy_violation, NO_LOW_WATERMARK
         high_watermark = partition.high_watermark

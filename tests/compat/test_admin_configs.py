@@ -5,8 +5,6 @@ INVALID_CONFIG naming it and nothing of that resource is applied; validate_only 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
@@ -16,26 +14,12 @@ from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import MessageSizeTooLargeError
 
 from broker_core.local_stack import LocalStack
-from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
+BROKER_OVERRIDES = {"log.cleaner.backoff.ms": "100", "file.delete.delay.ms": "0", "log.segment.delete.delay.ms": "0"}
 
 INVALID_CONFIG = 40
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    overrides = {"log.cleaner.backoff.ms": "100", "file.delete.delay.ms": "0", "log.segment.delete.delay.ms": "0"}
-    with running_stack(tmp_path_factory.mktemp("admin-configs"), overrides=overrides) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def kp_admin(stack: LocalStack) -> Iterator[KafkaAdminClient]:
-    client = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers, client_id="configs-admin")
-    yield client
-    client.close()
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,6 @@ offset past the high watermark or a tiered topic is refused with nothing moved."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -15,23 +13,10 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from broker_core.local_stack import LocalStack
 from broker_core.log.checkpoint import LOG_START_OFFSET_FILE, read_offset_checkpoint
-from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with running_stack(tmp_path_factory.mktemp("delete-records"), brokers=2) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def kp_admin(stack: LocalStack) -> Iterator[KafkaAdminClient]:
-    client = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers, client_id="delete-records")
-    yield client
-    client.close()
+BROKERS = 2
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@ admin clients against two real brokers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
@@ -12,22 +10,9 @@ from kafka import KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from broker_core.local_stack import LocalStack
-from tests.support.stack import running_stack
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with running_stack(tmp_path_factory.mktemp("admin-describe"), brokers=2) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def kp_admin(stack: LocalStack) -> Iterator[KafkaAdminClient]:
-    client = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers, client_id="admin-describe")
-    yield client
-    client.close()
+BROKERS = 2
 
 
 def test_both_clients_describe_the_cluster_with_every_live_broker(stack: LocalStack,
