@@ -68,6 +68,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 2),
 }
 
 
