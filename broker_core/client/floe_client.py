@@ -376,6 +376,53 @@ class FloeClient:
         for result in response.responses:
             raise_for(result.error_code, result.error_message, topic=topic)
 
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords on the partition's leader: move its log start to ``offset`` (-1: the high
+        watermark); returns the new log start. Repeated on a moved leader (moving the start twice is
+        harmless); raises KafkaError with the broker's code when it refuses."""
+        request = {"topics": [{"name": topic, "partitions": [{"partition_index": partition, "offset": offset}]}],
+                   "timeout": datetime.timedelta(seconds=self.request_timeout_s)}
+        last_error: ClientError | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await self._backoff(attempt - 1)
+            try:
+                connection = await self._connection(await self._leader(topic, partition))
+                result = (await connection.send(ApiKey.DELETE_RECORDS, request)).topics[0].partitions[0]
+                raise_for(result.error_code, topic=topic, partition=partition)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                last_error = exc
+                self.topics.pop(topic, None)
+                continue
+            except BrokerConnectionError as exc:
+                last_error = exc
+                self.topics.pop(topic, None)
+                continue
+            return int(result.low_watermark)
+        assert last_error is not None
+        raise last_error
+
+    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None, *, unclean: bool = False
+                            ) -> dict[tuple[str, int], KafkaError | None]:
+        """ElectLeaders at the controller (``partitions`` None: every partition); per partition None when
+        elected, else the KafkaError it got (ELECTION_NOT_NEEDED among them)."""
+        await self.refresh_metadata([])
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions or ():
+            by_topic.setdefault(topic, []).append(partition)
+        response = await self._send_to_controller(ApiKey.ELECT_LEADERS, {
+            "election_type": 1 if unclean else 0,
+            "topic_partitions": None if partitions is None else [
+                {"topic": topic, "partitions": indexes} for topic, indexes in by_topic.items()],
+            "timeout": datetime.timedelta(seconds=self.request_timeout_s),
+        })
+        raise_for(response.error_code)
+        return {(r.topic, p.partition_id): None if p.error_code == ErrorCode.none else
+                KafkaError(p.error_code, p.error_message, topic=r.topic, partition=p.partition_id)
+                for r in response.replica_election_results for p in r.partition_result}
+
     async def alter_client_quotas(self, entity: Sequence[tuple[str, str | None]], set_values: Mapping[str, float],
                                   remove: Sequence[str] = (), *, validate_only: bool = False) -> None:
         """Set and remove quotas of one entity, given as (entity_type, name or None for the default)

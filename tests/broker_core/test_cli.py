@@ -214,3 +214,20 @@ def test_configs_alter_and_describe_a_topic_as_kafka_configs_does(stack: LocalSt
     assert code == 0
     _, out, _ = floe(stack, capsys, "configs", "describe", "--topic", "cli-configs")
     assert "  retention.bytes=2048" in out.splitlines() and "  retention.ms=604800000" in out.splitlines()
+
+
+def test_records_delete_moves_the_log_start_and_leaders_elect_reports_no_election_needed(
+        stack: LocalStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert floe(stack, capsys, "topics", "create", "cli-trimmed")[0] == 0
+    assert floe(stack, capsys, "produce", "cli-trimmed", stdin=b"a\nb\nc\nd\n", monkeypatch=monkeypatch)[0] == 0
+    code, out, _ = floe(stack, capsys, "records", "delete", "--topic", "cli-trimmed", "--partition", "0",
+                        "--offset", "2")
+    assert code == 0 and "log start offset is now 2" in out
+    code, out, _ = floe(stack, capsys, "consume", "cli-trimmed", "--from-beginning", "--max-records", "2")
+    assert code == 0 and out.split() == ["null", "c", "null", "d"]  # unkeyed records: key, value
+    code, _, err = floe(stack, capsys, "records", "delete", "--topic", "cli-trimmed", "--partition", "0",
+                        "--offset", "9")
+    assert code == 1 and "offset_out_of_range" in err
+
+    code, out, _ = floe(stack, capsys, "leaders", "elect", "--election-type", "preferred", "--topic", "cli-trimmed")
+    assert code == 0 and out.strip() == "cli-trimmed-0: election_not_needed"
