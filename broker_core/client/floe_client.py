@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -382,27 +382,13 @@ class FloeClient:
         harmless); raises KafkaError with the broker's code when it refuses."""
         request = {"topics": [{"name": topic, "partitions": [{"partition_index": partition, "offset": offset}]}],
                    "timeout": datetime.timedelta(seconds=self.request_timeout_s)}
-        last_error: ClientError | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await self._backoff(attempt - 1)
-            try:
-                connection = await self._connection(await self._leader(topic, partition))
-                result = (await connection.send(ApiKey.DELETE_RECORDS, request)).topics[0].partitions[0]
-                raise_for(result.error_code, topic=topic, partition=partition)
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                last_error = exc
-                self.topics.pop(topic, None)
-                continue
-            except BrokerConnectionError as exc:
-                last_error = exc
-                self.topics.pop(topic, None)
-                continue
+
+        def answer(response: Any) -> int:
+            result = response.topics[0].partitions[0]
+            raise_for(result.error_code, topic=topic, partition=partition)
             return int(result.low_watermark)
-        assert last_error is not None
-        raise last_error
+
+        return await self._repeat_at_leader(topic, partition, ApiKey.DELETE_RECORDS, request, answer)
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None, *, unclean: bool = False
                             ) -> dict[tuple[str, int], KafkaError | None]:
@@ -696,33 +682,33 @@ class FloeClient:
             "topics": [{"name": topic, "partitions": [
                 {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}]}],
         }
+
+        def answer(response: Any) -> tuple[int, int]:
+            data = response.topics[0].partitions[0]
+            raise_for(data.error_code, topic=topic, partition=partition)
+            return data.offset, data.timestamp
+
+        return await self._repeat_at_leader(topic, partition, ApiKey.LIST_OFFSETS, request, answer)
+
+    async def _repeat_at_leader(self, topic: str, partition: int, api_key: int, request: Mapping[str, Any],
+                                answer: Callable[[Any], _T]) -> _T:
+        """Send to the partition's leader and return ``answer(response)``, repeating with backoff (after
+        fresh metadata) on a retriable KafkaError or a failed connection. Only for requests that are
+        safe to repeat: reads change nothing, and moving a log start twice to one offset is harmless."""
         last_error: ClientError | None = None
         for attempt in range(self.retries + 1):
             if attempt:
                 await self._backoff(attempt - 1)
             try:
                 connection = await self._connection(await self._leader(topic, partition))
-                response = await connection.send(ApiKey.LIST_OFFSETS, request)
+                return answer(await connection.send(api_key, request))
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
                 last_error = exc
-                self.topics.pop(topic, None)
-                continue
             except BrokerConnectionError as exc:
-                # Reads change nothing on the broker, so they are safe to repeat elsewhere.
                 last_error = exc
-                self.topics.pop(topic, None)
-                continue
-            data = response.topics[0].partitions[0]
-            if data.error_code == ErrorCode.none:
-                return data.offset, data.timestamp
-            error = KafkaError(data.error_code, topic=topic, partition=partition)
-            if not error.retriable:
-                raise error
-            last_error = error
-            if error.invalidates_metadata:
-                self.topics.pop(topic, None)
+            self.topics.pop(topic, None)
         assert last_error is not None
         raise last_error
 
