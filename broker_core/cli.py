@@ -325,7 +325,7 @@ def _configs_describe(args: argparse.Namespace) -> int:
             return await client.describe_configs(args.entity_name)
 
     configs = asyncio.run(run())
-    print(f"Dynamic configs for topic {args.entity_name} are:")
+    print(f"All configs for topic {args.entity_name} are:")
     for name in sorted(configs):
         print(f"  {name}={'null' if configs[name] is None else configs[name]}")
     return 0
