@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from kio.schema.errors import ErrorCode
 from rich.console import Console
 from rich.table import Table
 
@@ -327,6 +328,72 @@ def _quotas_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configs_describe(args: argparse.Namespace) -> int:
+    async def run() -> dict[str, str | None]:
+        async with _client(args) as client:
+            return await client.describe_configs(args.entity_name)
+
+    configs = asyncio.run(run())
+    print(f"All configs for topic {args.entity_name} are:")
+    for name in sorted(configs):
+        print(f"  {name}={'null' if configs[name] is None else configs[name]}")
+    return 0
+
+
+def _configs_alter(args: argparse.Namespace) -> int:
+    set_configs = parse_overrides([p for p in (args.add_config or "").split(",") if p], "--add-config")
+    delete = [name.strip() for name in (args.delete_config or "").split(",") if name.strip()]
+    if not set_configs and not delete:
+        raise SystemExit("floe configs alter: give --add-config and/or --delete-config")
+
+    async def run() -> None:
+        async with _client(args) as client:
+            await client.alter_topic_configs(args.entity_name, set_configs, delete, validate_only=args.validate_only)
+
+    asyncio.run(run())
+    verb = "Validated" if args.validate_only else "Completed updating"
+    print(f"{verb} config for topic {args.entity_name}.")
+    return 0
+
+
+def _records_delete(args: argparse.Namespace) -> int:
+    async def run() -> int:
+        async with _client(args) as client:
+            return await client.delete_records(args.topic, args.partition, args.offset)
+
+    low_watermark = asyncio.run(run())
+    print(f"partition {args.topic}-{args.partition}: log start offset is now {low_watermark}")
+    return 0
+
+
+def _leaders_elect(args: argparse.Namespace) -> int:
+    if args.all_topic_partitions == bool(args.topic):
+        raise SystemExit("floe leaders elect: give --topic (with --partition) or --all-topic-partitions")
+    if args.partition is not None and not args.topic:
+        raise SystemExit("floe leaders elect: --partition needs --topic")
+
+    async def run() -> dict[tuple[str, int], Any]:
+        async with _client(args) as client:
+            partitions = None
+            if args.topic:
+                info = await client.describe_topic(args.topic)
+                indexes = [args.partition] if args.partition is not None else [p.partition for p in info.partitions]
+                partitions = [(args.topic, index) for index in indexes]
+            return await client.elect_leaders(partitions, unclean=args.election_type == "unclean")
+
+    outcomes = asyncio.run(run())
+    failed = 0
+    for (topic, partition), error in sorted(outcomes.items()):
+        if error is None:
+            print(f"{topic}-{partition}: elected")
+        else:
+            print(f"{topic}-{partition}: {error.code.name}")
+            failed += error.code != ErrorCode.election_not_needed
+    if not outcomes:
+        print("no partition needed an election")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="floe", description="Floe: a Kafka-compatible log on object storage")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -425,6 +492,35 @@ def build_parser() -> argparse.ArgumentParser:
                                         help="the quotas of the entity named (default: of every entity)")
     describe_quotas.add_argument("--format", choices=("text", "json"), default="text")
     describe_quotas.set_defaults(func=_quotas_describe)
+    configs = commands.add_parser("configs", help="topic configs, as kafka-configs alters and describes them"
+                                  ).add_subparsers(dest="configs_command", required=True)
+    topic_entity = argparse.ArgumentParser(add_help=False)
+    topic_entity.add_argument("--entity-type", choices=("topics",), default="topics")
+    topic_entity.add_argument("--entity-name", "--topic", dest="entity_name", required=True, metavar="TOPIC")
+    describe_configs = configs.add_parser("describe", parents=[cluster, topic_entity], help="a topic's configs")
+    describe_configs.set_defaults(func=_configs_describe)
+    alter_configs = configs.add_parser("alter", parents=[cluster, topic_entity],
+                                       help="set and delete a topic's configs, all or nothing")
+    alter_configs.add_argument("--add-config", metavar="KEY=VALUE,...", help="settings to set")
+    alter_configs.add_argument("--delete-config", metavar="KEY,...", help="settings to return to their default")
+    alter_configs.add_argument("--validate-only", action="store_true", help="check without applying")
+    alter_configs.set_defaults(func=_configs_alter)
+    records = commands.add_parser("records", help="delete records, as kafka-delete-records").add_subparsers(
+        dest="records_command", required=True)
+    delete_records = records.add_parser("delete", parents=[cluster],
+                                        help="move a partition's log start offset up, deleting what lies below")
+    delete_records.add_argument("--topic", required=True)
+    delete_records.add_argument("--partition", type=int, required=True)
+    delete_records.add_argument("--offset", type=int, required=True, help="the new log start (-1: the high watermark)")
+    delete_records.set_defaults(func=_records_delete)
+    leaders = commands.add_parser("leaders", help="leader elections, as kafka-leader-election").add_subparsers(
+        dest="leaders_command", required=True)
+    elect = leaders.add_parser("elect", parents=[cluster], help="a preferred or unclean leader election")
+    elect.add_argument("--election-type", choices=("preferred", "unclean"), required=True)
+    elect.add_argument("--topic")
+    elect.add_argument("--partition", type=int)
+    elect.add_argument("--all-topic-partitions", action="store_true")
+    elect.set_defaults(func=_leaders_elect)
     add_user_commands(commands, cluster)
     add_acl_commands(commands, cluster, _client)
     return parser

@@ -123,6 +123,12 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("replica.fetch.response.max.bytes", _INT, 10 * 1024 * 1024, "Bytes a follower fetches per request."),
     _broker("unclean.leader.election.enable", _BOOLEAN, "false", "Default of the topic setting of the same name."),
     _broker("controlled.shutdown.enable", _BOOLEAN, "true", "Hand leadership over before a broker stops."),
+    _broker("auto.leader.rebalance.enable", _BOOLEAN, "true",
+            "The controller moves leadership back to preferred replicas (the first assigned) when a broker's"
+            " leader imbalance is above leader.imbalance.per.broker.percentage."),
+    _broker("leader.imbalance.check.interval.seconds", _INT, 300, "How often the controller checks leader imbalance."),
+    _broker("leader.imbalance.per.broker.percentage", _INT, 10,
+            "The share (percent) of a broker's preferred partitions that may be led elsewhere before a rebalance."),
     _broker("request.timeout.ms", _INT, 30000, "How long a broker waits for another broker's response."),
     _broker("log.retention.check.interval.ms", _INT, 300000, "How often local retention runs."),
     _broker("offsets.retention.minutes", _INT, 10080, "How long an empty group's committed offsets are kept."),

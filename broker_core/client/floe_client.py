@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -363,6 +363,52 @@ class FloeClient:
             configs.update((entry.name, entry.value) for entry in result.configs)
         return configs
 
+    async def alter_topic_configs(self, topic: str, set_configs: Mapping[str, str], delete: Sequence[str] = (), *,
+                                  validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs on one topic: set and delete settings together (all or nothing); raises
+        KafkaError with the broker's message (INVALID_CONFIG naming the setting) when it refuses."""
+        configs = [{"name": k, "config_operation": 0, "value": v} for k, v in set_configs.items()]
+        configs += [{"name": k, "config_operation": 1, "value": None} for k in delete]
+        response = await self._send_anywhere(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+            "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic, "configs": configs}],
+            "validate_only": validate_only,
+        }, idempotent=False)
+        for result in response.responses:
+            raise_for(result.error_code, result.error_message, topic=topic)
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords on the partition's leader: move its log start to ``offset`` (-1: the high
+        watermark); returns the new log start. Repeated on a moved leader (moving the start twice is
+        harmless); raises KafkaError with the broker's code when it refuses."""
+        request = {"topics": [{"name": topic, "partitions": [{"partition_index": partition, "offset": offset}]}],
+                   "timeout": datetime.timedelta(seconds=self.request_timeout_s)}
+
+        def answer(response: Any) -> int:
+            result = response.topics[0].partitions[0]
+            raise_for(result.error_code, topic=topic, partition=partition)
+            return int(result.low_watermark)
+
+        return await self._repeat_at_leader(topic, partition, ApiKey.DELETE_RECORDS, request, answer)
+
+    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None, *, unclean: bool = False
+                            ) -> dict[tuple[str, int], KafkaError | None]:
+        """ElectLeaders at the controller (``partitions`` None: every partition); per partition None when
+        elected, else the KafkaError it got (ELECTION_NOT_NEEDED among them)."""
+        await self.refresh_metadata([])
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions or ():
+            by_topic.setdefault(topic, []).append(partition)
+        response = await self._send_to_controller(ApiKey.ELECT_LEADERS, {
+            "election_type": 1 if unclean else 0,
+            "topic_partitions": None if partitions is None else [
+                {"topic": topic, "partitions": indexes} for topic, indexes in by_topic.items()],
+            "timeout": datetime.timedelta(seconds=self.request_timeout_s),
+        })
+        raise_for(response.error_code)
+        return {(r.topic, p.partition_id): None if p.error_code == ErrorCode.none else
+                KafkaError(p.error_code, p.error_message, topic=r.topic, partition=p.partition_id)
+                for r in response.replica_election_results for p in r.partition_result}
+
     async def alter_client_quotas(self, entity: Sequence[tuple[str, str | None]], set_values: Mapping[str, float],
                                   remove: Sequence[str] = (), *, validate_only: bool = False) -> None:
         """Set and remove quotas of one entity, given as (entity_type, name or None for the default)
@@ -636,33 +682,33 @@ class FloeClient:
             "topics": [{"name": topic, "partitions": [
                 {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}]}],
         }
+
+        def answer(response: Any) -> tuple[int, int]:
+            data = response.topics[0].partitions[0]
+            raise_for(data.error_code, topic=topic, partition=partition)
+            return data.offset, data.timestamp
+
+        return await self._repeat_at_leader(topic, partition, ApiKey.LIST_OFFSETS, request, answer)
+
+    async def _repeat_at_leader(self, topic: str, partition: int, api_key: int, request: Mapping[str, Any],
+                                answer: Callable[[Any], _T]) -> _T:
+        """Send to the partition's leader and return ``answer(response)``, repeating with backoff (after
+        fresh metadata) on a retriable KafkaError or a failed connection. Only for requests that are
+        safe to repeat: reads change nothing, and moving a log start twice to one offset is harmless."""
         last_error: ClientError | None = None
         for attempt in range(self.retries + 1):
             if attempt:
                 await self._backoff(attempt - 1)
             try:
                 connection = await self._connection(await self._leader(topic, partition))
-                response = await connection.send(ApiKey.LIST_OFFSETS, request)
+                return answer(await connection.send(api_key, request))
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
                 last_error = exc
-                self.topics.pop(topic, None)
-                continue
             except BrokerConnectionError as exc:
-                # Reads change nothing on the broker, so they are safe to repeat elsewhere.
                 last_error = exc
-                self.topics.pop(topic, None)
-                continue
-            data = response.topics[0].partitions[0]
-            if data.error_code == ErrorCode.none:
-                return data.offset, data.timestamp
-            error = KafkaError(data.error_code, topic=topic, partition=partition)
-            if not error.retriable:
-                raise error
-            last_error = error
-            if error.invalidates_metadata:
-                self.topics.pop(topic, None)
+            self.topics.pop(topic, None)
         assert last_error is not None
         raise last_error
 

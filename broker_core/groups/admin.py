@@ -20,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker_core.client import (
+    EARLIEST,
     LATEST,
     PLAINTEXT,
     RETRY_BACKOFF_S,
@@ -35,7 +36,7 @@ from .consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, de
 from .errors import GroupAdminError
 
 _VERSIONS = {ApiKey.METADATA: 9, ApiKey.LIST_OFFSETS: 7, ApiKey.FIND_COORDINATOR: 3, ApiKey.DESCRIBE_GROUPS: 5,
-             ApiKey.LIST_GROUPS: 4, ApiKey.OFFSET_FETCH: 7}
+             ApiKey.LIST_GROUPS: 4, ApiKey.OFFSET_FETCH: 7, ApiKey.OFFSET_COMMIT: 8}
 _CLIENT_ID = "floe-groups"
 _RETRIABLE = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
               ErrorCode.coordinator_load_in_progress}
@@ -277,6 +278,12 @@ class GroupAdmin:
 
     def log_end_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The latest offset (high watermark) of each partition, asked of its leader."""
+        return self.list_offsets(partitions, LATEST)
+
+    def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        """ListOffsets at ``timestamp`` (EARLIEST, LATEST or milliseconds) of each partition, asked of its
+        leader; a partition whose leader does not answer, or without a record at or after ``timestamp``,
+        is left out."""
         by_leader: dict[int, dict[str, list[int]]] = {}
         for topic, partition in partitions:
             leader = self.leaders.get((topic, partition), -1)
@@ -288,13 +295,86 @@ class GroupAdmin:
                 response = self.send(leader, ApiKey.LIST_OFFSETS, {
                     "replica_id": -1, "isolation_level": 0,
                     "topics": [{"name": name, "partitions": [
-                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST}
+                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": timestamp}
                         for p in indexes]} for name, indexes in topics.items()],
                 })
             except GroupAdminError:
                 continue
             for t in response.topics:
                 for p in t.partitions:
-                    if p.error_code == ErrorCode.none:
+                    if p.error_code == ErrorCode.none and p.offset >= 0:
                         result[(t.name, p.partition_index)] = int(p.offset)
         return result
+
+    # resetting ----------------------------------------------------------------------------------
+
+    def plan_offset_reset(self, group_id: str, targets: list[tuple[str, int | None]],
+                          to: OffsetResetTarget) -> list[OffsetReset]:
+        """What `kafka-consumer-groups --reset-offsets` would commit: per partition of ``targets`` (a topic
+        with None means all its partitions) its committed offset and the offset ``to`` gives, clamped to
+        the partition's [earliest, latest] as Kafka's tool does. GroupAdminError if the group has members
+        (offsets are reset only while it is inactive) or a topic or partition does not exist."""
+        self.refresh_metadata()
+        description = self.describe_group(group_id)
+        if description.state not in ("Empty", "Dead"):
+            raise GroupAdminError(f"assignments can only be reset if the group {group_id!r} is inactive, "
+                                  f"but the current state is {description.state}")
+        partitions: list[tuple[str, int]] = []
+        for topic, partition in targets:
+            known = sorted(p for t, p in self.leaders if t == topic)
+            if not known:
+                raise GroupAdminError(f"topic {topic!r} does not exist")
+            if partition is not None and partition not in known:
+                raise GroupAdminError(f"topic {topic!r} has no partition {partition}")
+            partitions += [(topic, p) for p in known if partition is None or p == partition]
+        earliest = self.list_offsets(partitions, EARLIEST)
+        latest = self.list_offsets(partitions, LATEST)
+        missing = [f"{t}-{p}" for t, p in partitions if (t, p) not in earliest or (t, p) not in latest]
+        if missing:
+            raise GroupAdminError(f"no leader answered for {', '.join(missing)}")
+        if to.kind == "datetime":
+            found = self.list_offsets(partitions, to.value)
+            wanted = {tp: found.get(tp, latest[tp]) for tp in partitions}
+        elif to.kind == "earliest":
+            wanted = dict(earliest)
+        elif to.kind == "latest":
+            wanted = dict(latest)
+        else:
+            wanted = {tp: to.value for tp in partitions}
+        committed = {(p.topic, p.partition): p.committed_offset for p in description.partitions}
+        return [OffsetReset(topic, partition, committed.get((topic, partition), -1),
+                            min(max(wanted[(topic, partition)], earliest[(topic, partition)]), latest[(topic, partition)]))
+                for topic, partition in partitions]
+
+    def commit_offset_reset(self, group_id: str, resets: list[OffsetReset]) -> None:
+        """Commit the planned offsets for the (inactive) group; GroupAdminError naming a refused partition."""
+        by_topic: dict[str, list[OffsetReset]] = {}
+        for reset in resets:
+            by_topic.setdefault(reset.topic, []).append(reset)
+        _, response = self._to_coordinator(group_id, ApiKey.OFFSET_COMMIT, {
+            "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": r.partition, "committed_offset": r.new_offset, "committed_leader_epoch": -1,
+                 "committed_metadata": ""} for r in items]} for topic, items in by_topic.items()],
+        }, lambda r: next((p.error_code for t in r.topics for p in t.partitions if p.error_code in _RETRIABLE),
+                          ErrorCode.none))
+        refused = [f"{t.name}-{p.partition_index}: {p.error_code.name}" for t in response.topics for p in t.partitions
+                   if p.error_code != ErrorCode.none]
+        if refused:
+            raise GroupAdminError(f"group {group_id!r}: offsets not reset: {'; '.join(refused)}")
+
+
+@dataclass(frozen=True)
+class OffsetResetTarget:
+    """Where --reset-offsets moves a group: earliest, latest, a datetime (ms since the epoch) or an offset."""
+
+    kind: str  # "earliest", "latest", "datetime" or "offset"
+    value: int = 0
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    topic: str
+    partition: int
+    current_offset: int  # -1: the group committed none
+    new_offset: int

@@ -9,6 +9,7 @@ same as one JSON object for scripts.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 
@@ -17,7 +18,7 @@ from rich.table import Table
 
 from broker_core.local_stack import StackError, cluster_settings
 
-from .admin import GroupAdmin, GroupDescription
+from .admin import GroupAdmin, GroupDescription, OffsetResetTarget
 from .errors import GroupAdminError
 
 
@@ -33,6 +34,19 @@ def add_group_commands(commands: argparse._SubParsersAction, cluster: argparse.A
     describe.add_argument("group")
     describe.add_argument("--format", choices=("text", "json"), default="text")
     describe.set_defaults(func=groups_describe)
+    reset = groups.add_parser("reset-offsets", parents=[cluster],
+                              help="move an inactive group's committed offsets (a dry run unless --execute)")
+    reset.add_argument("--group", required=True)
+    reset.add_argument("--topic", required=True, action="append", metavar="TOPIC[:P,...]",
+                       help="a topic (all its partitions) or some of its partitions; repeatable")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM]",
+                    help="the first offset at or after this time (UTC unless an offset is given)")
+    to.add_argument("--to-offset", type=int, metavar="N", help="this offset, within [earliest, latest]")
+    reset.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
+    reset.set_defaults(func=groups_reset_offsets)
 
 
 def _admin(args: argparse.Namespace) -> GroupAdmin:
@@ -74,6 +88,64 @@ def groups_describe(args: argparse.Namespace) -> int:
         print(json.dumps(described.to_json()))
         return 0
     print_description(described, _console())
+    return 0
+
+
+def _reset_targets(specs: list[str]) -> list[tuple[str, int | None]]:
+    """`t`, `t:0` or `t:0,2` (kafka-consumer-groups' --topic) to (topic, partition or None for all)."""
+    targets: list[tuple[str, int | None]] = []
+    for spec in specs:
+        topic, sep, partitions = spec.partition(":")
+        if not topic or (sep and not partitions):
+            raise ValueError(f"--topic {spec!r} is not TOPIC or TOPIC:PARTITION[,PARTITION...]")
+        if not sep:
+            targets.append((topic, None))
+            continue
+        try:
+            targets += [(topic, int(p)) for p in partitions.split(",")]
+        except ValueError:
+            raise ValueError(f"--topic {spec!r}: partitions must be integers") from None
+    return targets
+
+
+def _reset_target(args: argparse.Namespace) -> OffsetResetTarget:
+    if args.to_earliest:
+        return OffsetResetTarget("earliest")
+    if args.to_latest:
+        return OffsetResetTarget("latest")
+    if args.to_offset is not None:
+        return OffsetResetTarget("offset", args.to_offset)
+    try:
+        when = datetime.datetime.fromisoformat(args.to_datetime)
+    except ValueError:
+        raise ValueError(f"--to-datetime {args.to_datetime!r} is not YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM]") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return OffsetResetTarget("datetime", int(when.timestamp() * 1000))
+
+
+def groups_reset_offsets(args: argparse.Namespace) -> int:
+    try:
+        targets, to = _reset_targets(args.topic), _reset_target(args)
+    except ValueError as exc:
+        print(f"floe groups reset-offsets: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with _admin(args) as admin:
+            resets = admin.plan_offset_reset(args.group, targets, to)
+            if args.execute:
+                admin.commit_offset_reset(args.group, resets)
+    except (GroupAdminError, StackError) as exc:
+        print(f"floe groups reset-offsets: {exc}", file=sys.stderr)
+        return 1
+    table = Table("group", "topic", "partition", "current offset", "new offset")
+    for r in resets:
+        table.add_row(args.group, r.topic, str(r.partition), "-" if r.current_offset < 0 else str(r.current_offset),
+                      str(r.new_offset))
+    console = _console()
+    console.print(table)
+    if not args.execute:
+        console.print("dry run: nothing committed (add --execute to commit these offsets)")
     return 0
 
 

@@ -76,6 +76,7 @@ class GroupCoordinator:
             ApiKey.OFFSET_COMMIT: offsets.offset_commit,
             ApiKey.OFFSET_FETCH: offsets.offset_fetch, ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.LIST_GROUPS: self.list_groups, ApiKey.DELETE_GROUPS: self.delete_groups,
+            ApiKey.OFFSET_DELETE: offsets.offset_delete,
         }
 
     def _reading_group(self, handler: Callable[[Request], Awaitable[Any]],

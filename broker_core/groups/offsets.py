@@ -28,6 +28,7 @@ from broker_core.protocol.messages import NO_THROTTLE, respond
 from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.server.authorization import allowed
 
+from .consumer_protocol import ConsumerProtocolError, decode_subscription
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import ConsumerGroup, GroupState, offset_expired
 from .membership import millis, validate_member
@@ -161,6 +162,52 @@ class GroupOffsets:
             topics.append({"name": name, "partitions": results})
         return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics, "error_code": error})
 
+    async def offset_delete(self, request: Request) -> Any:
+        """OffsetDelete (API 47): forget a group's committed offsets of some partitions, as Kafka does.
+
+        DELETE on the group is needed (else GROUP_AUTHORIZATION_FAILED for the whole answer) and READ on
+        each topic (else its partitions are TOPIC_AUTHORIZATION_FAILED); a group this broker does not
+        coordinate, or that does not exist, is the whole answer's error. While members of the group
+        consume a topic its partitions are GROUP_SUBSCRIBED_TO_TOPIC and keep their offsets. Deleting an
+        offset the group never committed succeeds.
+        """
+        body = request.body
+        authorizer = self.context.authorizer
+
+        def answer(error: ErrorCode, topics: list[dict[str, Any]]) -> Any:
+            return respond(request, {"throttle_time": NO_THROTTLE, "error_code": error, "topics": topics})
+
+        if not allowed(authorizer, request, AclOperation.DELETE, ResourceType.GROUP, body.group_id):
+            return answer(ErrorCode.group_authorization_failed, [])
+        group, error = self.ownership.owned(body.group_id)
+        if group is None:
+            return answer(error, [])
+        async with group.lock:
+            if group.unloaded:
+                return answer(ErrorCode.not_coordinator, [])
+            if not group.exists:
+                return answer(ErrorCode.group_id_not_found, [])
+            subscribed = subscribed_topics(group)
+            topics, removable = [], []
+            for topic in body.topics:
+                if not allowed(authorizer, request, AclOperation.READ, ResourceType.TOPIC, topic.name):
+                    code = ErrorCode.topic_authorization_failed
+                elif topic.name in subscribed:
+                    code = ErrorCode.group_subscribed_to_topic
+                else:
+                    code = ErrorCode.none
+                    removable += [(topic.name, p.partition_index) for p in topic.partitions]
+                topics.append({"name": topic.name, "partitions": [
+                    {"partition_index": p.partition_index, "error_code": code} for p in topic.partitions]})
+            try:
+                await self.remove_offsets(group, removable)
+            except (CoordinatorFencedError, GroupStoreUnavailableError) as exc:
+                return answer(await self.ownership.lost(group, exc), [])
+        if removable:
+            log.info("principal %s from %s deleted offsets of group %s: %s", request.principal, request.client_host,
+                     body.group_id, removable)
+        return answer(ErrorCode.none, topics)
+
     async def remove_offsets(self, group: ConsumerGroup, keys: list[tuple[str, int]]) -> None:
         async def remove(key: tuple[str, int]) -> None:
             async with group.offset_locks.setdefault(key, asyncio.Lock()):
@@ -191,3 +238,19 @@ class GroupOffsets:
                         self.ownership.unload(group)
                 except (CoordinatorFencedError, GroupStoreUnavailableError) as exc:
                     await self.ownership.lost(group, exc)
+
+
+def subscribed_topics(group: ConsumerGroup) -> set[str]:
+    """The topics the group's current members subscribe to (consumer groups only; others name none)."""
+    if group.protocol_type != "consumer" or group.protocol is None:
+        return set()
+    topics: set[str] = set()
+    for member in group.members.values():
+        for name, metadata in member.protocols:
+            if name == group.protocol:
+                try:
+                    topics.update(decode_subscription(metadata).topics)
+                except ConsumerProtocolError:
+                    continue
+    return topics
+

@@ -112,6 +112,15 @@ class PartitionLog:
         self._directory_dirty = False
         self._last_flush_ms = wall_clock_ms()
         self._closed = False
+        self.reconfigure(config)
+
+    def reconfigure(self, config: LogConfig) -> None:
+        """Take a topic's altered configs: the next append, roll, retention pass and cleaning pass use them.
+
+        Nothing already written changes; a segment rolls under the new segment.bytes/segment.ms when it
+        next reaches them. The retired segments' delete delay is kept (they are already scheduled).
+        """
+        self.config = config
         self._uses_log_append_time = config.uses_log_append_time
         self._max_message_bytes = config.max_message_bytes
         self._max_decompressed_bytes = config.max_decompressed_bytes

@@ -40,8 +40,9 @@ thread.
 
 from __future__ import annotations
 
+import enum
 import time
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from pynamodb.exceptions import PynamoDBException
@@ -234,6 +235,54 @@ def plan_partition_change(
     return state.with_leader(leader, isr)
 
 
+class ElectionOutcome(enum.Enum):
+    """Why an asked-for election (ElectLeaders) changes nothing; names follow Kafka's error codes."""
+
+    ELECTION_NOT_NEEDED = "election_not_needed"
+    PREFERRED_LEADER_NOT_AVAILABLE = "preferred_leader_not_available"
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = "eligible_leaders_not_available"
+
+
+def plan_preferred_election(state: PartitionState, running: Set[int]) -> PartitionState | ElectionOutcome:
+    """Kafka's preferred election: the first assigned replica leads, if it runs and is in the ISR."""
+    preferred = state.replicas[0] if state.replicas else NO_LEADER
+    if state.leader == preferred:
+        return ElectionOutcome.ELECTION_NOT_NEEDED
+    if preferred not in running or preferred not in state.isr:
+        return ElectionOutcome.PREFERRED_LEADER_NOT_AVAILABLE
+    return state.with_leader(preferred, state.isr)
+
+
+def plan_unclean_election(state: PartitionState, running: Set[int]) -> PartitionState | ElectionOutcome:
+    """Kafka's unclean election: only for a partition whose leader is gone; the first running ISR
+    member leads if there is one, else the first running replica leads alone (records the ISR held
+    beyond its log are lost, which is what the operator asked for)."""
+    if state.leader in running:
+        return ElectionOutcome.ELECTION_NOT_NEEDED
+    live_isr = [b for b in state.replicas if b in state.isr and b in running]
+    if live_isr:
+        return state.with_leader(live_isr[0], [b for b in state.isr if b in running])
+    live = [b for b in state.replicas if b in running]
+    if not live:
+        return ElectionOutcome.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    return state.with_leader(live[0], [live[0]])
+
+
+def imbalanced_brokers(partitions: Iterable[PartitionState], percentage: int) -> set[int]:
+    """Brokers that lead fewer than they should of the partitions they are preferred for: more than
+    ``percentage`` percent of those are led by another broker (Kafka's leader imbalance ratio)."""
+    preferred_of: dict[int, int] = {}
+    not_led: dict[int, int] = {}
+    for state in partitions:
+        if not state.replicas:
+            continue
+        preferred = state.replicas[0]
+        preferred_of[preferred] = preferred_of.get(preferred, 0) + 1
+        if state.leader != preferred:
+            not_led[preferred] = not_led.get(preferred, 0) + 1
+    return {b for b, total in preferred_of.items() if not_led.get(b, 0) * 100 > percentage * total}
+
+
 def unclean_election_enabled(configs: Mapping[str, str]) -> bool:
     """Whether the topic configs set ``unclean.leader.election.enable`` to true (default false)."""
     return configs.get(UNCLEAN_LEADER_ELECTION_CONFIG, "false").strip().lower() == "true"
@@ -323,6 +372,67 @@ class Controller:
             self._observations.pop(broker.broker_id, None)
         changed = self._elect_leaders(controller_epoch)
         return ControllerRunResult(fenced_brokers=tuple(fenced), changed_partitions=tuple(changed))
+
+    def elect(self, wanted: Iterable[tuple[str, int]] | None, *, unclean: bool
+              ) -> dict[tuple[str, int], PartitionState | ElectionOutcome | None]:
+        """ElectLeaders: a preferred (or unclean) election of each partition of ``wanted`` (None: all).
+
+        Each partition maps to its new state, the reason it kept its leader, or None if the cluster
+        lacks it. With ``wanted`` None, partitions that needed no election are left out, as Kafka.
+        A partition whose state moved on since the snapshot is planned again from a fresh read once.
+        Raises FencedControllerError if this controller lost its lease.
+        """
+        snapshot = self._store.snapshot()
+        running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
+        states = {(name, p.partition): p for name, partitions in snapshot.partitions.items() for p in partitions}
+        keys = sorted(states) if wanted is None else list(wanted)
+        plan = plan_unclean_election if unclean else plan_preferred_election
+        results: dict[tuple[str, int], PartitionState | ElectionOutcome | None] = {}
+        for key in keys:
+            state = states.get(key)
+            for attempt in range(2):
+                if state is None:
+                    results[key] = None
+                    break
+                proposal = plan(state, running)
+                if isinstance(proposal, ElectionOutcome):
+                    results[key] = proposal
+                    break
+                try:
+                    results[key] = self._store.update_partition(proposal, state.partition_epoch, self.controller_epoch)
+                    break
+                except UnknownPartitionError:
+                    results[key] = None
+                    break
+                except PartitionEpochConflictError:
+                    if attempt:
+                        raise
+                    state = self._store.get_partition(*key)
+        if wanted is None:
+            results = {k: r for k, r in results.items() if r is not ElectionOutcome.ELECTION_NOT_NEEDED}
+        return results
+
+    def rebalance_leaders(self, percentage: int) -> list[PartitionState]:
+        """auto.leader.rebalance.enable: for each broker whose leader imbalance is above ``percentage``,
+        a preferred election of every partition it is preferred for and can lead now."""
+        snapshot = self._store.snapshot()
+        partitions = [p for states in snapshot.partitions.values() for p in states]
+        brokers = imbalanced_brokers(partitions, percentage)
+        if not brokers:
+            return []
+        running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
+        changed = []
+        for state in partitions:
+            if not state.replicas or state.replicas[0] not in brokers:
+                continue
+            proposal = plan_preferred_election(state, running)
+            if isinstance(proposal, ElectionOutcome):
+                continue
+            try:
+                changed.append(self._store.update_partition(proposal, state.partition_epoch, self.controller_epoch))
+            except (PartitionEpochConflictError, UnknownPartitionError):
+                continue
+        return changed
 
     def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[PartitionState]:
         """Mark the broker SHUTTING_DOWN and move its leaderships to other live ISR members.

@@ -28,6 +28,10 @@ from broker_core.settings import ConfigError
 from tiered_storage.service import TieringService
 
 from .acl_apis import AclApis
+from .admin_configs import ConfigApis
+from .admin_describe import ClusterDescriptions
+from .admin_leaders import LeaderElections
+from .admin_records import RecordDeletion
 from .authorization import guard_credential_apis
 from .broker import Broker, BrokerParts
 from .config import BrokerConfig
@@ -56,7 +60,9 @@ def build_broker(config: BrokerConfig) -> Broker:
     credentials = ScramCredentialAdmin(store, announce_metadata_change(broker))
     acls = AclService(config.aws, broker.authorizer)
     apis = {**groups.api_handlers(), **guard_credential_apis(credentials.api_handlers(), broker.authorizer),
-            **AclApis(broker, acls).api_handlers()}
+            **AclApis(broker, acls).api_handlers(), **ConfigApis(broker).api_handlers(),
+            **RecordDeletion(broker).api_handlers(), **ClusterDescriptions(broker).api_handlers(),
+            **LeaderElections(broker).api_handlers()}
     for api_key, handler in apis.items():
         handlers.register(api_key, handler)
     broker.host(BrokerParts(

@@ -116,6 +116,7 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
         self._lease_renewal_due = float("-inf")
+        self._leader_rebalance_due = float("inf")
         self._catch_up: asyncio.Task | None = None
         self._catch_up_started = float("-inf")
         self._stopping = False
@@ -358,12 +359,20 @@ class Broker:
             return
         if self.controller is None or self.controller.controller_epoch != epoch:
             log.info("broker %d is the controller at epoch %d", self.config.broker_id, epoch)
+            # As Kafka's controller: the first imbalance check comes one interval into the term.
+            self._leader_rebalance_due = loop.time() + self.config.get_int("leader.imbalance.check.interval.seconds")
             self.heartbeat_observer.begin_term(epoch)
             self.controller = self.heartbeat_observer
             # Clients address admin requests to the controller named in Metadata: make every
             # broker re-read the snapshot (and the lease) now that the holder changed.
             await asyncio.to_thread(self.store.bump_metadata_version)
         await asyncio.to_thread(self.controller.run_once)
+        if self.config.get_bool("auto.leader.rebalance.enable") and loop.time() >= self._leader_rebalance_due:
+            self._leader_rebalance_due = loop.time() + self.config.get_int("leader.imbalance.check.interval.seconds")
+            moved = await asyncio.to_thread(self.controller.rebalance_leaders,
+                                            self.config.get_int("leader.imbalance.per.broker.percentage"))
+            if moved:
+                log.info("leader rebalance moved %d leaderships back to preferred replicas", len(moved))
 
     async def _checkpoint_high_watermarks(self) -> None:
         for partition in list(self.replicas.partitions.values()):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from broker_core.metadata.controller import Controller
     from broker_core.metadata.image import MetadataImage
     from broker_core.metadata.store import MetadataStore
     from broker_core.security.authorizer import Authorizer
@@ -47,6 +48,11 @@ class BrokerContext(Protocol):
     @property
     def authorizer(self) -> Authorizer:
         """Decides who may do what (`enabled` False without ``authorizer.class.name``: everyone may)."""
+        ...
+
+    @property
+    def controller(self) -> Controller | None:
+        """The controller role while this broker holds the controller lease, else None (blocking calls)."""
         ...
 
     @property

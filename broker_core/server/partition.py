@@ -16,6 +16,7 @@ import heapq
 import itertools
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,7 @@ class Partition:
     high_watermark: int = 0
     leader_epoch_start_offset: int = 0
     min_insync_replicas: int = 1
+    applied_configs: Mapping[str, str] = field(default_factory=dict)  # the topic configs ``log`` was built from
     followers: dict[int, ReplicaState] = field(default_factory=dict)
     producers: ProducerState | None = None
     _checkpointed_high_watermark: int = -1

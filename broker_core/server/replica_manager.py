@@ -56,6 +56,9 @@ class ReplicaManager:
                     self.config.log_config(topic.configs), me,
                 )
                 self.partitions[key] = partition
+            elif partition.applied_configs != topic.configs:
+                partition.log.reconfigure(self.config.log_config(topic.configs))
+            partition.applied_configs = topic.configs
             replicas, isr = tuple(state.replicas), tuple(state.isr)
             partition.min_insync_replicas = int(effective(topic.configs, self.config, "min.insync.replicas"))
             if state.leader == me:

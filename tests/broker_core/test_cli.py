@@ -194,3 +194,40 @@ def test_a_missing_stack_directory_is_reported_without_a_traceback(tmp_path: Pat
     _, err = capsys.readouterr()
     assert code == 2
     assert "floe local up" in err and "Traceback" not in err
+
+
+def test_configs_alter_and_describe_a_topic_as_kafka_configs_does(stack: LocalStack,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert floe(stack, capsys, "topics", "create", "cli-configs")[0] == 0
+    code, out, _ = floe(stack, capsys, "configs", "alter", "--entity-type", "topics", "--entity-name", "cli-configs",
+                        "--add-config", "retention.ms=3600000,retention.bytes=2048")
+    assert code == 0 and "Completed updating config for topic cli-configs" in out
+    code, out, _ = floe(stack, capsys, "configs", "describe", "--topic", "cli-configs")
+    assert code == 0
+    assert "  retention.ms=3600000" in out.splitlines() and "  retention.bytes=2048" in out.splitlines()
+
+    code, out, err = floe(stack, capsys, "configs", "alter", "--topic", "cli-configs",
+                          "--add-config", "retention.bytes=4096,segment.ms=soon")
+    assert code == 1
+    assert "invalid_config" in err and "segment.ms" in err
+    code, out, _ = floe(stack, capsys, "configs", "alter", "--topic", "cli-configs", "--delete-config", "retention.ms")
+    assert code == 0
+    _, out, _ = floe(stack, capsys, "configs", "describe", "--topic", "cli-configs")
+    assert "  retention.bytes=2048" in out.splitlines() and "  retention.ms=604800000" in out.splitlines()
+
+
+def test_records_delete_moves_the_log_start_and_leaders_elect_reports_no_election_needed(
+        stack: LocalStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert floe(stack, capsys, "topics", "create", "cli-trimmed")[0] == 0
+    assert floe(stack, capsys, "produce", "cli-trimmed", stdin=b"a\nb\nc\nd\n", monkeypatch=monkeypatch)[0] == 0
+    code, out, _ = floe(stack, capsys, "records", "delete", "--topic", "cli-trimmed", "--partition", "0",
+                        "--offset", "2")
+    assert code == 0 and "log start offset is now 2" in out
+    code, out, _ = floe(stack, capsys, "consume", "cli-trimmed", "--from-beginning", "--max-records", "2")
+    assert code == 0 and out.split() == ["null", "c", "null", "d"]  # unkeyed records: key, value
+    code, _, err = floe(stack, capsys, "records", "delete", "--topic", "cli-trimmed", "--partition", "0",
+                        "--offset", "9")
+    assert code == 1 and "offset_out_of_range" in err
+
+    code, out, _ = floe(stack, capsys, "leaders", "elect", "--election-type", "preferred", "--topic", "cli-trimmed")
+    assert code == 0 and out.strip() == "cli-trimmed-0: election_not_needed"

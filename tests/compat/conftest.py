@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kafka.admin import KafkaAdminClient
 
 from broker_core.local_stack import LocalStack
 from broker_core.records.header import Compression, iter_headers
@@ -76,3 +77,21 @@ def stored_codecs(compat_stack: LocalStack) -> Callable[[str, int], list[str]]:
         return names
 
     return codecs
+
+
+@pytest.fixture(scope="module")
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """For the admin API modules: ``BROKERS`` brokers (default 1) with the module's ``BROKER_OVERRIDES``."""
+    directory = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    with running_stack(directory, getattr(request.module, "BROKERS", 1),
+                       getattr(request.module, "BROKER_OVERRIDES", None)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def kp_admin(stack: LocalStack) -> Iterator[KafkaAdminClient]:
+    """kafka-python's admin client on ``stack``."""
+    client = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers, client_id="compat-admin")
+    yield client
+    client.close()
+

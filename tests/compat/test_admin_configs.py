@@ -1,0 +1,171 @@
+"""AlterConfigs and IncrementalAlterConfigs driven by kafka-python's and confluent-kafka's admin clients
+against a real broker: changes show in DescribeConfigs and take effect live (max.message.bytes on the
+next produce, cleanup.policy starting the cleaner); a bad value, an unknown or a read-only name is
+INVALID_CONFIG naming it and nothing of that resource is applied; validate_only writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
+from kafka.errors import MessageSizeTooLargeError
+
+from broker_core.local_stack import LocalStack
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+BROKER_OVERRIDES = {"log.cleaner.backoff.ms": "100", "file.delete.delay.ms": "0", "log.segment.delete.delay.ms": "0"}
+
+INVALID_CONFIG = 40
+
+
+@pytest.fixture(scope="module")
+def cf_admin(stack: LocalStack) -> AdminClient:
+    return AdminClient({"bootstrap.servers": stack.bootstrap_servers, "client.id": "configs-admin"})
+
+
+def create_topic(admin: KafkaAdminClient, name: str, configs: dict[str, str] | None = None) -> None:
+    admin.create_topics([NewTopic(name, 1, 1, topic_configs=configs or {})])
+
+
+def topic_configs(admin: AdminClient, name: str) -> dict[str, str]:
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {key: entry.value for key, entry in entries.items()}
+
+
+def incremental(admin: AdminClient, resource_type: ResourceType, name: str,
+                *entries: tuple[str, str | None, AlterConfigOpType], validate_only: bool = False) -> None:
+    resource = ConfigResource(resource_type, name, incremental_configs=[
+        ConfigEntry(key, value, incremental_operation=op) for key, value, op in entries])
+    admin.incremental_alter_configs([resource], validate_only=validate_only)[resource].result(timeout=30)
+
+
+def refusal(admin: AdminClient, resource_type: ResourceType, name: str,
+            *entries: tuple[str, str | None, AlterConfigOpType]) -> KafkaError:
+    with pytest.raises(KafkaException) as caught:
+        incremental(admin, resource_type, name, *entries)
+    return caught.value.args[0]
+
+
+def test_incremental_set_delete_and_append_show_in_describe_configs(kp_admin: KafkaAdminClient,
+                                                                    cf_admin: AdminClient) -> None:
+    create_topic(kp_admin, "inc-configs", {"retention.ms": "600000"})
+    incremental(cf_admin, ResourceType.TOPIC, "inc-configs",
+                ("retention.bytes", "1048576", AlterConfigOpType.SET),
+                ("retention.ms", None, AlterConfigOpType.DELETE),
+                ("cleanup.policy", "compact", AlterConfigOpType.APPEND))
+    configs = topic_configs(cf_admin, "inc-configs")
+    assert configs["retention.bytes"] == "1048576"
+    assert configs["retention.ms"] == "604800000"  # back to the default
+    assert configs["cleanup.policy"] == "delete,compact"
+    incremental(cf_admin, ResourceType.TOPIC, "inc-configs", ("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT))
+    assert topic_configs(cf_admin, "inc-configs")["cleanup.policy"] == "compact"
+
+
+def test_a_bad_value_an_unknown_name_or_append_to_a_scalar_is_invalid_config_and_nothing_is_applied(
+        kp_admin: KafkaAdminClient, cf_admin: AdminClient) -> None:
+    create_topic(kp_admin, "bad-configs")
+    for bad, named in [(("retention.ms", "soon", AlterConfigOpType.SET), "retention.ms"),
+                       (("no.such.config", "1", AlterConfigOpType.SET), "no.such.config"),
+                       (("cleanup.policy", "shred", AlterConfigOpType.SET), "cleanup.policy"),
+                       (("retention.ms", "1", AlterConfigOpType.APPEND), "retention.ms")]:
+        error = refusal(cf_admin, ResourceType.TOPIC, "bad-configs", ("retention.bytes", "4096", AlterConfigOpType.SET),
+                        bad)
+        assert error.code() == KafkaError.INVALID_CONFIG
+        assert named in error.str()
+    assert topic_configs(cf_admin, "bad-configs")["retention.bytes"] == "-1"
+
+
+def test_validate_only_checks_without_writing(kp_admin: KafkaAdminClient, cf_admin: AdminClient) -> None:
+    create_topic(kp_admin, "validate-configs")
+    incremental(cf_admin, ResourceType.TOPIC, "validate-configs", ("retention.ms", "1000", AlterConfigOpType.SET),
+                validate_only=True)
+    assert topic_configs(cf_admin, "validate-configs")["retention.ms"] == "604800000"
+    with pytest.raises(KafkaException) as caught:
+        incremental(cf_admin, ResourceType.TOPIC, "validate-configs", ("retention.ms", "x", AlterConfigOpType.SET),
+                    validate_only=True)
+    assert caught.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
+def test_an_unknown_topic_and_a_static_broker_setting_are_refused(cf_admin: AdminClient) -> None:
+    error = refusal(cf_admin, ResourceType.TOPIC, "no-such-topic", ("retention.ms", "1000", AlterConfigOpType.SET))
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    broker_id = str(next(iter(cf_admin.list_topics(timeout=30).brokers)))
+    error = refusal(cf_admin, ResourceType.BROKER, broker_id, ("log.retention.ms", "1000", AlterConfigOpType.SET))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "log.retention.ms" in error.str()
+
+
+def test_kafka_python_alter_configs_replaces_the_whole_set(kp_admin: KafkaAdminClient, cf_admin: AdminClient) -> None:
+    create_topic(kp_admin, "replace-configs", {"retention.ms": "600000"})
+    result = kp_admin.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, "replace-configs",
+                                                      configs={"retention.bytes": "2048"})],
+                                    incremental=False, raise_on_unknown=False)
+    assert "replace-configs" in str(result)
+    configs = topic_configs(cf_admin, "replace-configs")
+    assert configs["retention.bytes"] == "2048"
+    assert configs["retention.ms"] == "600000"  # kafka-python carries the topic's other settings over
+    refused = kp_admin.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, "replace-configs",
+                                                       configs={"retention.bytes": "lots"})],
+                                     incremental=False, raise_on_unknown=False)
+    assert "InvalidConfig" in str(refused) or str(INVALID_CONFIG) in str(refused)
+    assert topic_configs(cf_admin, "replace-configs")["retention.bytes"] == "2048"
+
+
+def test_max_message_bytes_applies_to_the_next_produce(stack: LocalStack, kp_admin: KafkaAdminClient,
+                                                      cf_admin: AdminClient) -> None:
+    create_topic(kp_admin, "live-size")
+    producer = KafkaProducer(bootstrap_servers=stack.bootstrap_servers, acks=1, max_request_size=10_000_000)
+    try:
+        producer.send("live-size", b"x" * 5000).get(timeout=30)
+        incremental(cf_admin, ResourceType.TOPIC, "live-size", ("max.message.bytes", "2000", AlterConfigOpType.SET))
+
+        def refused() -> bool:
+            try:
+                producer.send("live-size", b"y" * 5000).get(timeout=30)
+            except MessageSizeTooLargeError:
+                return True
+            return False
+
+        wait_until(refused, "the new max.message.bytes refuses a 5000-byte record", timeout_s=30, interval_s=0.5)
+    finally:
+        producer.close()
+
+
+def test_switching_cleanup_policy_to_compact_starts_the_cleaner(stack: LocalStack, kp_admin: KafkaAdminClient,
+                                                               cf_admin: AdminClient) -> None:
+    create_topic(kp_admin, "becomes-compacted", {"segment.bytes": "4096"})
+    producer = KafkaProducer(bootstrap_servers=stack.bootstrap_servers, acks=1, linger_ms=0)
+    try:
+        for round_ in range(20):
+            for key in range(5):
+                producer.send("becomes-compacted", key=b"k%d" % key, value=b"v%d-%s" % (round_, b"." * 100))
+            producer.flush(timeout=30)  # one batch per round, so the records span several segments
+    finally:
+        producer.close()
+    assert len(read_all(stack, "becomes-compacted")) == 100
+    incremental(cf_admin, ResourceType.TOPIC, "becomes-compacted",
+                ("cleanup.policy", "compact", AlterConfigOpType.SET),
+                ("min.cleanable.dirty.ratio", "0.01", AlterConfigOpType.SET))
+
+    def compacted() -> bool:
+        return len(read_all(stack, "becomes-compacted")) < 100
+
+    wait_until(compacted, "the cleaner compacts the topic after cleanup.policy=compact", timeout_s=90, interval_s=1)
+    latest: dict[bytes, bytes] = {}
+    for key, value in read_all(stack, "becomes-compacted"):
+        latest[key] = value
+    assert all(latest[b"k%d" % key].startswith(b"v19-") for key in range(5))
+
+
+def read_all(stack: LocalStack, topic: str) -> list[tuple[bytes, bytes]]:
+    consumer = KafkaConsumer(topic, bootstrap_servers=stack.bootstrap_servers, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=3000)
+    try:
+        return [(message.key, message.value) for message in consumer]
+    finally:
+        consumer.close()
