@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
@@ -30,7 +31,7 @@ from broker_core.client import ClientSecurity, FloeClient, NoBrokersError
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import decode_response, encode_request
 from broker_core.protocol.messages import build_entity, request_class
-from broker_core.security.iam import iam_oauth_cb
+from broker_core.security.iam import iam_oauth_cb, iam_token
 from broker_core.security.scram import ScramClient
 from broker_core.server.listeners import ListenerSpec, SecurityProtocol
 from broker_core.settings import ConfigError, broker_setting
@@ -335,6 +336,26 @@ def test_without_re_authentication_a_session_ends_and_a_re_authenticating_client
                 return first is not None and first.connected
 
         assert asyncio.run(floe_client())
+
+
+def test_an_oauthbearer_session_ends_when_its_token_expires_not_later(tmp_path):
+    """KIP-368: re-authentication every hour, IAM tokens valid for two minutes here: a token login's
+    session lifetime is what is left of its token; a password login's is the hour."""
+    with running_stack(tmp_path, brokers=1, security="sasl_ssl",
+                       overrides={"connections.max.reauth.ms": "3600000",
+                                  "floe.sasl.oauthbearer.iam.token.max.age.ms": "120000"}) as stack:
+        session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=stack.region)
+        token, _ = iam_token(stack.iam_audience, stack.region, stack.sts.endpoint_url, session)
+        raw = RawKafka(stack)
+        assert raw.handshake("OAUTHBEARER").error_code == ErrorCode.none
+        answer = raw.authenticate(f"n,,\x01auth=Bearer {token}\x01\x01".encode())
+        assert answer.error_code == ErrorCode.none
+        assert 60 < answer.session_lifetime.total_seconds() <= 120
+        assert raw.metadata() is not None
+        raw.close()
+        password_login = RawKafka(stack)
+        assert password_login.login(stack).session_lifetime.total_seconds() == 3600
+        password_login.close()
 
 
 def test_plain_is_refused_on_a_listener_without_tls():
