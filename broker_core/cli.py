@@ -37,10 +37,6 @@ _CONSUME_POLL_MS = 500
 def _local_up(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     http = args.http
-    if http and args.security != "plaintext":
-        # The adapter's Kafka client connects PLAINTEXT; a secured stack's brokers have no such listener.
-        print("floe local up: the HTTP adapter is not started with --security ssl or sasl_ssl", file=sys.stderr)
-        http = False
     try:
         stack = LocalStack(directory=args.data_dir, brokers=args.brokers, overrides=overrides, http=http,
                            security=args.security)
