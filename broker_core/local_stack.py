@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,13 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from broker_core.aws import AwsSettings
-from broker_core.client.security import PLAINTEXT, ClientSecurity, properties_text
+from broker_core.client.security import (
+    PLAINTEXT,
+    ClientSecurity,
+    ClientSecurityError,
+    properties_text,
+    read_properties,
+)
 from broker_core.local_moto import MotoServer, start_moto_server
 from broker_core.metadata.store import MetadataStore
 from broker_core.security.certificates import (
@@ -483,14 +490,36 @@ def _table_names(dynamodb: Any) -> list[str]:
     return [name for page in dynamodb.get_paginator("list_tables").paginate() for name in page["TableNames"]]
 
 
-def cluster_settings(bootstrap_servers: str | None, directory: Path | str = DEFAULT_DIR) -> tuple[str, ClientSecurity]:
+def cluster_settings(bootstrap_servers: str | None, directory: Path | str = DEFAULT_DIR, *,
+                     command_config: Path | str | None = None,
+                     properties: Sequence[str] = ()) -> tuple[str, ClientSecurity]:
     """Where a `floe` command finds the cluster and how it connects: ``bootstrap_servers`` as given
-    (PLAINTEXT), else the stack's stack.json, with its `client_config` (TLS and SASL in secured modes)."""
+    (PLAINTEXT unless told otherwise), else the stack's stack.json, with its `client_config` (TLS and
+    SASL in secured modes). Client properties (librdkafka's names) from ``command_config`` (a properties
+    file, Kafka's `--command-config`), then each ``properties`` ``KEY=VALUE`` (`-X`, as kcat), are laid
+    over that, later ones winning; StackError for a file or value that cannot be used."""
     if bootstrap_servers:
-        return bootstrap_servers, PLAINTEXT
-    info = load_stack(directory)
-    config = info.get("client_config") or {}
-    return info["bootstrap_servers"], ClientSecurity.from_properties(config)
+        servers, config = bootstrap_servers, {}
+    else:
+        info = load_stack(directory)
+        servers, config = info["bootstrap_servers"], dict(info.get("client_config") or {})
+    try:
+        if command_config:
+            config |= read_properties(command_config)
+        for item in properties:
+            key, equals, value = item.partition("=")
+            if not equals or not key.strip():
+                raise ClientSecurityError(f"-X {item!r} is not KEY=VALUE")
+            config[key.strip()] = value.strip()
+        return servers, ClientSecurity.from_properties(config) if config else PLAINTEXT
+    except ClientSecurityError as exc:
+        raise StackError(f"client properties: {exc}") from None
+
+
+def cluster_settings_of(args: Any) -> tuple[str, ClientSecurity]:
+    """`cluster_settings` from a `floe` command's parsed --bootstrap-servers/--stack, --command-config and -X."""
+    return cluster_settings(args.bootstrap_servers, args.stack, command_config=getattr(args, "command_config", None),
+                            properties=getattr(args, "client_property", None) or ())
 
 
 def load_stack(directory: Path | str = DEFAULT_DIR) -> dict[str, Any]:

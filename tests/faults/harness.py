@@ -578,14 +578,31 @@ class FaultCluster:
         return self.producer
 
 
+def create_replicated_topic(client_config: dict[str, str]) -> None:
+    """Create the topic. librdkafka may drop its bootstrap connection (the one the request went on)
+    when the cluster's metadata names the same brokers, failing the request with _DESTROY_BROKER
+    though the broker may have created the topic (likelier when each connection authenticates first):
+    asked again, and an existing topic is then the answer wanted."""
+    admin = AdminClient(client_config)
+    for attempt in range(3):
+        topic = NewTopic(TOPIC, PARTITIONS, REPLICATION_FACTOR, config={
+            "min.insync.replicas": str(MIN_INSYNC_REPLICAS), "segment.bytes": str(SEGMENT_BYTES)})
+        try:
+            admin.create_topics([topic])[TOPIC].result(timeout=30)
+            return
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if attempt and code == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if code != KafkaError._DESTROY_BROKER or attempt == 2:
+                raise
+
+
 @contextmanager
 def fault_cluster(directory: Path, overrides: dict[str, str] | None = None) -> Iterator[FaultCluster]:
     """Three brokers, the replicated topic created with every replica in sync, nothing produced yet."""
     with running_stack(directory / "stack", brokers=BROKERS, overrides=overrides, security=SECURITY) as stack:
-        admin = AdminClient(stack.client_config)
-        topic = NewTopic(TOPIC, PARTITIONS, REPLICATION_FACTOR, config={
-            "min.insync.replicas": str(MIN_INSYNC_REPLICAS), "segment.bytes": str(SEGMENT_BYTES)})
-        admin.create_topics([topic])[TOPIC].result(timeout=30)
+        create_replicated_topic(stack.client_config)
         cluster = FaultCluster(stack=stack, store=MetadataStore(stack.aws), scratch=directory / "replicas")
         cluster.wait_for_full_isr()
         try:

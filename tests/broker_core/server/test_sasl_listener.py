@@ -430,6 +430,27 @@ def test_the_readme_commands_work_against_a_sasl_ssl_stack(stack):
     assert set(consumed.splitlines()) == {"k1\thello", "k2\tworld"}, consumed
 
 
+def test_floe_commands_with_bootstrap_servers_take_a_command_config_or_x_properties(stack, tmp_path):
+    security = {k: v for k, v in stack.client_config.items() if k != "bootstrap.servers"}
+    properties = tmp_path / "client.properties"
+    properties.write_text("# as Kafka's CLIs read it\n" + "".join(f"{k}={v}\n" for k, v in security.items()))
+
+    def floe(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "broker_core.cli", *args, "--bootstrap-servers", bootstrap(stack),
+                               "--request-timeout", "10"], input=stdin, capture_output=True, timeout=120)
+
+    created = floe("topics", "create", "configured", "--command-config", str(properties))
+    assert created.returncode == 0, created.stderr.decode()
+    x_options = [part for k, v in security.items() for part in ("-X", f"{k}={v}")]
+    assert floe("produce", "configured", *x_options, stdin=b"one\ntwo\n").returncode == 0
+    consumed = floe("consume", "configured", "--from-beginning", "--timeout", "5", *x_options)
+    assert consumed.stdout.decode().splitlines() == ["null\tone", "null\ttwo"], consumed.stderr.decode()
+    wrong = floe("topics", "list", "--command-config", str(properties), "-X", "sasl.password=wrong")
+    assert wrong.returncode != 0
+    assert floe("topics", "list", "-X", "no-equals-sign").returncode == 2
+    assert floe("topics", "list").returncode != 0  # PLAINTEXT to a SASL_SSL listener gets nowhere
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.binary(min_size=8, max_size=400), api_key=st.sampled_from([ApiKey.SASL_HANDSHAKE,
                                                                           ApiKey.SASL_AUTHENTICATE,
