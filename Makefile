@@ -38,6 +38,7 @@ test: $(STAMP) $(SYSSTAMP)
 
 faults: $(STAMP) $(SYSSTAMP)
 	$(PY) -m pytest -q -m faults -p no:cacheprovider
+	FLOE_FAULTS_SECURITY=sasl_ssl $(PY) -m pytest -q -m faults -p no:cacheprovider tests/faults
 
 fuzz: $(STAMP) $(SYSSTAMP)
 	FLOE_HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q -m "not faults" -p no:cacheprovider

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from broker_core.client import EARLIEST, LATEST, ClientError, FloeClient
 from broker_core.groups.cli import add_group_commands
-from broker_core.local_stack import DEFAULT_DIR, SECURITY_MODES, LocalStack, StackError, cluster_settings
+from broker_core.local_stack import DEFAULT_DIR, SECURITY_MODES, LocalStack, StackError, cluster_settings_of
 from broker_core.partitioner import partition_for_key
 from broker_core.records import Compression, Record, SimpleRecord
 from broker_core.security.acl_cli import add_acl_commands
@@ -39,10 +39,6 @@ _CONSUME_POLL_MS = 500
 def _local_up(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     http = args.http
-    if http and args.security != "plaintext":
-        # The adapter's Kafka client connects PLAINTEXT; a secured stack's brokers have no such listener.
-        print("floe local up: the HTTP adapter is not started with --security ssl or sasl_ssl", file=sys.stderr)
-        http = False
     try:
         stack = LocalStack(directory=args.data_dir, brokers=args.brokers, overrides=overrides, http=http,
                            security=args.security)
@@ -84,7 +80,7 @@ def _local_demo(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> FloeClient:
-    servers, security = cluster_settings(args.bootstrap_servers, args.stack)
+    servers, security = cluster_settings_of(args)
     return FloeClient(servers, client_id="floe-cli", request_timeout_s=args.request_timeout, security=security)
 
 
@@ -426,6 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"local stack directory whose stack.json names the brokers (default {DEFAULT_DIR})")
     where.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]", help="brokers to ask, instead of --stack")
     cluster.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS")
+    cluster.add_argument("--command-config", type=Path, metavar="FILE",
+                         help="client security properties, librdkafka's names (security.protocol, ssl.ca.location, "
+                              "sasl.mechanisms, sasl.username, sasl.password), as Kafka's CLIs take them")
+    cluster.add_argument("-X", dest="client_property", action="append", default=[], metavar="KEY=VALUE",
+                         help="one client property, as kcat's -X (repeatable; after --command-config's)")
 
     topics = commands.add_parser("topics", help="create, list, describe and delete topics").add_subparsers(
         dest="topics_command", required=True)

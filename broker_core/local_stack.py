@@ -34,17 +34,37 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import boto3
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    load_pem_private_key,
+)
 
 from broker_core.aws import AwsSettings
-from broker_core.client.security import PLAINTEXT, ClientSecurity
+from broker_core.client.security import (
+    PLAINTEXT,
+    ClientSecurity,
+    ClientSecurityError,
+    properties_text,
+    read_properties,
+)
 from broker_core.local_moto import MotoServer, start_moto_server
 from broker_core.metadata.store import MetadataStore
-from broker_core.security.certificates import create_ca, issue, keystore_pem, write_private
+from broker_core.security.certificates import (
+    CertificateAuthority,
+    create_ca,
+    issue,
+    keystore_pem,
+    write_private,
+)
 from broker_core.security.credentials import ScramCredentialStore, UserChange
 from broker_core.security.scram import make_credential
 
@@ -122,12 +142,35 @@ class LocalStack:
                 certificate, key = issue(ca, f"broker-{broker_id}", (self.host, "localhost"))
                 write_private(self.tls_dir / f"broker-{broker_id}.pem", keystore_pem(ca, certificate, key))
             write_private(self.tls_dir / "ca.pem", ca.pem)
+            # Kept so that a broker started later (start_broker past `brokers`) gets a certificate too.
+            write_private(self.tls_dir / "ca-key.pem",
+                          ca.key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
         if self.security == "sasl_ssl":
             secrets_path = self.tls_dir / "secrets.json"
             known = json.loads(secrets_path.read_text()) if secrets_path.exists() else {}
             users = [SUPER_USER, *(f"broker-{b}" for b in range(1, self.brokers + 1))]
             self.secrets = {user: known.get(user) or secrets.token_urlsafe(24) for user in users}
             write_private(secrets_path, json.dumps(self.secrets).encode())
+
+    def _provision_broker(self, broker_id: int) -> None:
+        """The certificate and (sasl_ssl) SCRAM user of a broker the stack did not start with."""
+        if self.security == "plaintext":
+            return
+        keystore = self.tls_dir / f"broker-{broker_id}.pem"
+        if not keystore.exists():
+            try:
+                ca = CertificateAuthority(x509.load_pem_x509_certificate((self.tls_dir / "ca.pem").read_bytes()),
+                                          load_pem_private_key((self.tls_dir / "ca-key.pem").read_bytes(), None))
+            except OSError as exc:
+                raise StackError(f"no certificate for broker {broker_id} and no CA key to issue one: {exc}") from None
+            certificate, key = issue(ca, f"broker-{broker_id}", (self.host, "localhost"))
+            write_private(keystore, keystore_pem(ca, certificate, key))
+        user = f"broker-{broker_id}"
+        if self.security == "sasl_ssl" and user not in self.secrets:
+            self.secrets[user] = secrets.token_urlsafe(24)
+            write_private(self.tls_dir / "secrets.json", json.dumps(self.secrets).encode())
+            ScramCredentialStore(self.aws).alter(
+                UserChange(user, (make_credential(SCRAM_MECHANISM, self.secrets[user]),), ()))
 
     def _create_users(self) -> None:
         """The super user's and the brokers' SCRAM credentials, before any broker starts."""
@@ -248,6 +291,7 @@ class LocalStack:
             broker_id, data_dir, self.directory / "logs" / f"broker-{broker_id}.log")
         ready = data_dir / "ready.json"
         ready.unlink(missing_ok=True)
+        self._provision_broker(broker_id)
         port = broker.port  # a restarted broker keeps its port so clients' bootstrap lists stay valid
         command = [
             sys.executable, "-m", "broker_core.server", "--broker-id", str(broker_id), "--host", self.host,
@@ -299,9 +343,13 @@ class LocalStack:
         ready = self.directory / "http-ready.json"
         ready.unlink(missing_ok=True)
         log_path = self.directory / "logs" / "http.log"
+        # The adapter's broker client authenticates as the stack's clients do (a file only we may read).
+        client_properties = write_private(self.directory / "http-client.properties",
+                                          properties_text(self.client_config).encode())
         environment = {
             **os.environ,
             "FLOE_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "FLOE_CLIENT_PROPERTIES_FILE": str(client_properties),
             "FLOE_AWS_ENDPOINT_URL": self.aws.endpoint_url or "",
             "AWS_REGION": self.region,
             "FLOE_BUCKET": self.bucket,
@@ -442,14 +490,36 @@ def _table_names(dynamodb: Any) -> list[str]:
     return [name for page in dynamodb.get_paginator("list_tables").paginate() for name in page["TableNames"]]
 
 
-def cluster_settings(bootstrap_servers: str | None, directory: Path | str = DEFAULT_DIR) -> tuple[str, ClientSecurity]:
+def cluster_settings(bootstrap_servers: str | None, directory: Path | str = DEFAULT_DIR, *,
+                     command_config: Path | str | None = None,
+                     properties: Sequence[str] = ()) -> tuple[str, ClientSecurity]:
     """Where a `floe` command finds the cluster and how it connects: ``bootstrap_servers`` as given
-    (PLAINTEXT), else the stack's stack.json, with its `client_config` (TLS and SASL in secured modes)."""
+    (PLAINTEXT unless told otherwise), else the stack's stack.json, with its `client_config` (TLS and
+    SASL in secured modes). Client properties (librdkafka's names) from ``command_config`` (a properties
+    file, Kafka's `--command-config`), then each ``properties`` ``KEY=VALUE`` (`-X`, as kcat), are laid
+    over that, later ones winning; StackError for a file or value that cannot be used."""
     if bootstrap_servers:
-        return bootstrap_servers, PLAINTEXT
-    info = load_stack(directory)
-    config = info.get("client_config") or {}
-    return info["bootstrap_servers"], ClientSecurity.from_properties(config)
+        servers, config = bootstrap_servers, {}
+    else:
+        info = load_stack(directory)
+        servers, config = info["bootstrap_servers"], dict(info.get("client_config") or {})
+    try:
+        if command_config:
+            config |= read_properties(command_config)
+        for item in properties:
+            key, equals, value = item.partition("=")
+            if not equals or not key.strip():
+                raise ClientSecurityError(f"-X {item!r} is not KEY=VALUE")
+            config[key.strip()] = value.strip()
+        return servers, ClientSecurity.from_properties(config) if config else PLAINTEXT
+    except ClientSecurityError as exc:
+        raise StackError(f"client properties: {exc}") from None
+
+
+def cluster_settings_of(args: Any) -> tuple[str, ClientSecurity]:
+    """`cluster_settings` from a `floe` command's parsed --bootstrap-servers/--stack, --command-config and -X."""
+    return cluster_settings(args.bootstrap_servers, args.stack, command_config=getattr(args, "command_config", None),
+                            properties=getattr(args, "client_property", None) or ())
 
 
 def load_stack(directory: Path | str = DEFAULT_DIR) -> dict[str, Any]:

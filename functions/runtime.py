@@ -6,7 +6,10 @@ pool holds one in practice; it keeps two overlapping calls from ever sharing one
 and metadata cache), DynamoDB and S3 clients, and short-lived caches of topic facts. None of it is
 needed for correctness: every cache entry expires within ``METADATA_TTL_S``, a broker answer that
 contradicts the cache drops it, and a broken client is replaced on the next call. Settings come
-from the environment: ``FLOE_BOOTSTRAP_SERVERS`` plus the AWS settings of `AwsSettings.from_env`.
+from the environment: ``FLOE_BOOTSTRAP_SERVERS`` plus the AWS settings of `AwsSettings.from_env`, and
+``FLOE_CLIENT_PROPERTIES_FILE``: a properties file of librdkafka's client security settings
+(`security.protocol`, `ssl.ca.location`, `sasl.mechanisms`, `sasl.username`, `sasl.password`) for
+brokers whose listeners are secured; unset, the front end connects PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import boto3
 from botocore.config import Config
 
 from broker_core.aws import AwsSettings
-from broker_core.client import FloeClient, NoBrokersError
+from broker_core.client import PLAINTEXT, ClientSecurity, FloeClient, NoBrokersError
+from broker_core.client.security import read_properties
 from broker_core.metadata.store import MetadataStore
 from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.security.principal import ANONYMOUS
@@ -34,6 +38,7 @@ from functions.quotas import HttpQuotas
 from tiered_storage.manifest import ManifestStore
 
 ENV_BOOTSTRAP_SERVERS = "FLOE_BOOTSTRAP_SERVERS"
+ENV_CLIENT_PROPERTIES_FILE = "FLOE_CLIENT_PROPERTIES_FILE"
 IDEMPOTENCY_TABLE = "http_idempotency"
 METADATA_TTL_S = 30.0
 _S3_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=8)
@@ -49,13 +54,16 @@ class ConfigurationError(RuntimeError):
 class FrontEndSettings:
     bootstrap_servers: str
     aws: AwsSettings
+    security: ClientSecurity = PLAINTEXT
 
     @classmethod
     def from_env(cls) -> FrontEndSettings:
         servers = os.environ.get(ENV_BOOTSTRAP_SERVERS, "").strip()
         if not servers:
             raise ConfigurationError(f"{ENV_BOOTSTRAP_SERVERS} is not set: the front end needs a broker address")
-        return cls(bootstrap_servers=servers, aws=AwsSettings.from_env())
+        properties_file = os.environ.get(ENV_CLIENT_PROPERTIES_FILE, "").strip()
+        security = ClientSecurity.from_properties(read_properties(properties_file)) if properties_file else PLAINTEXT
+        return cls(bootstrap_servers=servers, aws=AwsSettings.from_env(), security=security)
 
     def table(self, base_name: str) -> str:
         return self.aws.table_prefix + base_name
@@ -86,7 +94,8 @@ class Container:
 
     async def client(self) -> FloeClient:
         if self._client is None:
-            client = FloeClient(self.settings.bootstrap_servers, client_id="floe-http", request_timeout_s=25.0)
+            client = FloeClient(self.settings.bootstrap_servers, client_id="floe-http", request_timeout_s=25.0,
+                                security=self.settings.security)
             await client.start()
             self._client = client
         return self._client

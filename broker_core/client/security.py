@@ -5,15 +5,17 @@ the broker's certificate and host name) and the SASL mechanism and credentials. 
 librdkafka properties (`from_properties`: `security.protocol`, `ssl.ca.location`,
 `ssl.certificate.location`, `ssl.key.location`, `sasl.mechanisms`, `sasl.username`, `sasl.password`),
 the `client_config` object a secured local stack writes to stack.json, so the `floe` commands and
-confluent-kafka read the same settings. A broker builds the one for its inter-broker connections from
+confluent-kafka read the same settings, or from a Java properties file of them (`read_properties`, what
+Kafka's CLIs take as `--command-config`). A broker builds the one for its inter-broker connections from
 its own settings (`broker_core.server.config`). Immutable; share it between connections.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from broker_core.security.scram import SCRAM_MECHANISMS
 
@@ -78,3 +80,37 @@ class ClientSecurity:
 
 
 PLAINTEXT = ClientSecurity()
+
+
+def parse_properties(lines: Iterable[str]) -> dict[str, str]:
+    """``key=value`` (or ``key: value``) lines, as in a Java properties file: blank lines and lines
+    starting with ``#`` or ``!`` are skipped, spaces around key and value dropped; a later key wins.
+    ClientSecurityError for a line that is neither (no line continuations or escapes: client security
+    properties need none)."""
+    properties: dict[str, str] = {}
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if cut < 0:
+            raise ClientSecurityError(f"line {number} is not key=value: {line[:40]!r}")
+        properties[line[:cut].strip()] = line[cut + 1:].strip()
+    return properties
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """The properties of a file (see `parse_properties`); ClientSecurityError naming it if unreadable."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ClientSecurityError(f"cannot read {path}: {exc}") from None
+    try:
+        return parse_properties(text.splitlines())
+    except ClientSecurityError as exc:
+        raise ClientSecurityError(f"{path}: {exc}") from None
+
+
+def properties_text(properties: Mapping[str, str]) -> str:
+    """``properties`` as a properties file that `read_properties` reads back (values without newlines)."""
+    return "".join(f"{key}={value}\n" for key, value in properties.items())

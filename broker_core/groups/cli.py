@@ -16,7 +16,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from broker_core.local_stack import StackError, cluster_settings
+from broker_core.local_stack import StackError, cluster_settings_of
 
 from .admin import GroupAdmin, GroupDescription, OffsetResetTarget
 from .errors import GroupAdminError
@@ -50,7 +50,7 @@ def add_group_commands(commands: argparse._SubParsersAction, cluster: argparse.A
 
 
 def _admin(args: argparse.Namespace) -> GroupAdmin:
-    servers, security = cluster_settings(args.bootstrap_servers, args.stack)
+    servers, security = cluster_settings_of(args)
     timeout = getattr(args, "request_timeout", 30.0)
     return GroupAdmin(servers, timeout_s=timeout, retry_for_s=timeout, security=security)
 

@@ -23,7 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker_core.client import FloeClient
-from broker_core.local_stack import cluster_settings
+from broker_core.local_stack import cluster_settings_of
 from broker_core.settings import ConfigError
 
 from .credentials import CODE_BY_MECHANISM, MECHANISM_BY_CODE
@@ -90,7 +90,7 @@ def add_user_commands(commands: argparse._SubParsersAction, cluster: argparse.Ar
 
 
 def _client(args: argparse.Namespace) -> FloeClient:
-    servers, security = cluster_settings(args.bootstrap_servers, args.stack)
+    servers, security = cluster_settings_of(args)
     return FloeClient(servers, client_id="floe-cli", request_timeout_s=args.request_timeout, security=security)
 
 

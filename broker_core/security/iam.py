@@ -149,12 +149,21 @@ class IamTokenVerifier:
 
     async def verify(self, token: str) -> str:
         """The principal (``User:<arn>``) of a valid token; AuthenticationError for any other."""
-        query = self.checked_query(token)
+        return (await self.verify_until(token))[0]
+
+    async def verify_until(self, token: str) -> tuple[str, float]:
+        """The principal of a valid token and when the token stops being valid here (seconds since the
+        epoch: its signing time plus the shorter of its X-Amz-Expires and the broker's maximum age), which
+        bounds the session it opens (KIP-368); AuthenticationError for any other token."""
+        query, expires_at = self._checked(token)
         arn = await asyncio.to_thread(self._caller_arn, query)
-        return f"User:{principal_arn(arn)}"
+        return f"User:{principal_arn(arn)}", expires_at
 
     def checked_query(self, token: str) -> str:
         """The presigned query string of ``token``, after every check that needs no network call."""
+        return self._checked(token)[0]
+
+    def _checked(self, token: str) -> tuple[str, float]:
         url, audience = _decode_token(token)
         if not hmac.compare_digest(audience.encode("utf-8"), self.audience.encode("utf-8")):
             raise AuthenticationError("IAM token is for another audience")
@@ -171,10 +180,10 @@ class IamTokenVerifier:
         scope = params["X-Amz-Credential"].split("/")
         if len(scope) != 5 or scope[3] != "sts" or scope[4] != "aws4_request":
             raise AuthenticationError(_REFUSED)
-        self._check_age(params["X-Amz-Date"], params["X-Amz-Expires"])
-        return parts.query
+        expires_at = self._check_age(params["X-Amz-Date"], params["X-Amz-Expires"])
+        return parts.query, expires_at
 
-    def _check_age(self, amz_date: str, expires_text: str) -> None:
+    def _check_age(self, amz_date: str, expires_text: str) -> float:
         try:
             signed_at = datetime.datetime.strptime(amz_date, _AMZ_DATE).replace(tzinfo=datetime.UTC).timestamp()
             expires = int(expires_text)
@@ -187,6 +196,7 @@ class IamTokenVerifier:
             raise AuthenticationError("IAM token is signed in the future")
         if now - signed_at > min(self._max_age_s, expires):
             raise AuthenticationError("IAM token has expired")
+        return signed_at + min(self._max_age_s, expires)
 
     def _caller_arn(self, query: str) -> str:
         request = urllib.request.Request(f"{self.endpoint_url}/?{query}", headers={AUDIENCE_HEADER: self.audience})

@@ -131,8 +131,8 @@ def sasl_config(spec: ListenerSpec, setting: Callable[[str], str], lookup: Crede
             raise ConfigError(f"listener {spec.name}: OAUTHBEARER needs floe.sasl.oauthbearer.iam.audience")
         verifier = iam_verifier_from_settings(setting, region)
 
-        async def verify_token(message: bytes) -> str:
-            return await verifier.verify(parse_oauthbearer(message))
+        async def verify_token(message: bytes) -> tuple[str, float]:
+            return await verifier.verify_until(parse_oauthbearer(message))
 
     return SaslConfig(mechanisms, lookup, reauth_ms=int(setting("connections.max.reauth.ms")),
                       max_receive_bytes=int(setting("sasl.server.max.receive.size")), verify_token=verify_token)

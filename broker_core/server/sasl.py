@@ -20,8 +20,9 @@ at `sasl.server.max.receive.size`.
 
 Re-authentication (KIP-368): with `connections.max.reauth.ms` set, SaslAuthenticate answers a session
 lifetime; the client re-runs SaslHandshake and SaslAuthenticate on the same connection before it ends,
-as the same principal with the same mechanism (another one closes the connection). A connection whose
-session has ended is closed on its next request other than those two. Times are the event loop's
+as the same principal with the same mechanism (another one closes the connection). An OAUTHBEARER
+session ends no later than its token expires (KIP-368): its lifetime is the shorter of the two. A
+connection whose session has ended is closed on its next request other than those two. Times are the event loop's
 monotonic clock. A `SaslSession` belongs to one connection and its reader task.
 """
 
@@ -32,6 +33,7 @@ import datetime
 import enum
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
@@ -63,7 +65,8 @@ _PLAIN_FAILED = "Authentication failed: invalid username or password"
 _PLAIN_MALFORMED = "Authentication failed: malformed PLAIN message"
 MAX_PLAIN_FIELD_BYTES = 1024
 
-TokenVerifier = Callable[[bytes], Awaitable[str]]  # an OAUTHBEARER client message -> principal
+# An OAUTHBEARER client message -> (principal, when its token expires, in seconds since the epoch).
+TokenVerifier = Callable[[bytes], Awaitable[tuple[str, float]]]
 
 
 class MechanismServer(Protocol):
@@ -74,6 +77,11 @@ class MechanismServer(Protocol):
 
     @property
     def principal(self) -> str | None: ...
+
+    @property
+    def expires_at(self) -> float | None:
+        """When the credential shown expires (seconds since the epoch), if it does (tokens)."""
+        ...
 
     async def step(self, token: bytes) -> bytes:
         """The answer to the client's next token; AuthenticationError when it fails."""
@@ -92,6 +100,8 @@ class ScramMechanism:
     def principal(self) -> str | None:
         username = self._server.username
         return str(KafkaPrincipal.user(username)) if self.complete and username is not None else None
+
+    expires_at = None  # a password does not expire
 
     async def step(self, token: bytes) -> bytes:
         return await self._server.step(token)
@@ -118,6 +128,8 @@ class PlainMechanism:
     @property
     def principal(self) -> str | None:
         return self._principal
+
+    expires_at = None  # a password does not expire
 
     async def step(self, token: bytes) -> bytes:
         if self._done:
@@ -150,7 +162,12 @@ class OAuthBearerMechanism:
     def __init__(self, verify: TokenVerifier) -> None:
         self._verify = verify
         self._principal: str | None = None
+        self._expires_at: float | None = None
         self._done = False
+
+    @property
+    def expires_at(self) -> float | None:
+        return self._expires_at
 
     @property
     def complete(self) -> bool:
@@ -164,7 +181,7 @@ class OAuthBearerMechanism:
         if self._done:
             raise AuthenticationError("Authentication failed: unexpected OAUTHBEARER message")
         self._done = True
-        self._principal = await self._verify(token)
+        self._principal, self._expires_at = await self._verify(token)
         return b""
 
 
@@ -225,12 +242,22 @@ class SaslSession:
         self.mechanism: str | None = None
         self.raw_tokens = False  # SaslHandshake v0: tokens follow as bare frames
         self.session_ends: float | None = None  # loop time; None: never
+        self.lifetime_ms = 0  # of the current session; 0: it does not end
         self._server: MechanismServer | None = None
         self._reauthenticating = False
 
     @property
     def authenticated(self) -> bool:
         return self.principal is not None
+
+    def _lifetime_ms(self, expires_at: float | None) -> int:
+        """The session's lifetime: `connections.max.reauth.ms`, cut to what is left of an expiring
+        credential (a token), as Kafka does (never below 1 ms: 0 would tell the client "no limit").
+        Without re-authentication sessions do not end, whatever the credential."""
+        reauth_ms = self.config.reauth_ms
+        if reauth_ms <= 0 or expires_at is None:
+            return max(reauth_ms, 0)
+        return max(1, min(reauth_ms, int((expires_at - time.time()) * 1000)))
 
     def expired(self, now: float) -> bool:
         return self.session_ends is not None and now >= self.session_ends
@@ -275,7 +302,7 @@ class SaslSession:
             return Answer(respond(request, {"error_code": ErrorCode.sasl_authentication_failed,
                                             "error_message": str(exc), "auth_bytes": b"",
                                             "session_lifetime": _ms(0)}), close=True)
-        lifetime = self.config.reauth_ms if self.state is State.AUTHENTICATED else 0
+        lifetime = self.lifetime_ms if self.state is State.AUTHENTICATED else 0
         return Answer(respond(request, {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": token,
                                         "session_lifetime": _ms(lifetime)}))
 
@@ -305,8 +332,9 @@ class SaslSession:
                 raise AuthenticationError("Authentication failed: re-authentication as another principal")
             self.principal = principal
             self.state = State.AUTHENTICATED
+            self.lifetime_ms = self._lifetime_ms(self._server.expires_at)
             self._server = None
-            self.session_ends = now + self.config.reauth_ms / 1000 if self.config.reauth_ms > 0 else None
+            self.session_ends = now + self.lifetime_ms / 1000 if self.lifetime_ms > 0 else None
             if not self._reauthenticating:
                 log.info("%s authenticated as %s with %s on listener %s", self.peer, principal, self.mechanism,
                          self.listener)

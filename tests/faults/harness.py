@@ -14,6 +14,11 @@ below the high watermark every replica holds the same batches, byte for byte.
 Test-side reads of leadership and ISR go to DynamoDB directly (it is the source of truth, and a
 client's cached metadata may name a broker that is paused); probes that need one exact error code
 (`produce_directly`, `high_watermark_of`) talk to one broker over a single connection.
+
+`FLOE_FAULTS_SECURITY` (plaintext, the default, or ssl or sasl_ssl) is the local stack's security mode:
+`make faults` runs the matrix once PLAINTEXT and once with every broker, replica fetcher and client
+(the producer, the checking consumers, the probes: the stack's `client_config`, its super user) on
+SASL_SSL.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from broker_core.client import LATEST, BrokerConnection
+from broker_core.client import LATEST, PLAINTEXT, BrokerConnection, ClientSecurity
 from broker_core.local_stack import LocalStack
 from broker_core.log.config import LogConfig
 from broker_core.log.partition_log import PartitionLog
@@ -52,6 +57,7 @@ from broker_core.records.errors import RecordsError
 from tests.support import waiting
 from tests.support.stack import TEST_BROKER_OVERRIDES, running_stack
 
+SECURITY = os.environ.get("FLOE_FAULTS_SECURITY", "plaintext")
 TOPIC = "replicated"
 PARTITIONS = 3
 REPLICATION_FACTOR = 3
@@ -89,7 +95,7 @@ class ContinuousProducer:
     fault here rather than fail; a BufferError (local queue full) is answered by polling.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, rate_per_s: int = PRODUCE_RATE_PER_S) -> None:
+    def __init__(self, client_config: dict[str, str], topic: str, rate_per_s: int = PRODUCE_RATE_PER_S) -> None:
         self.topic = topic
         self.rate_per_s = rate_per_s
         self.run_id = uuid.uuid4().hex[:8]
@@ -99,7 +105,7 @@ class ContinuousProducer:
         self.sent = 0
         self._stopping = threading.Event()
         self._producer = Producer({
-            "bootstrap.servers": bootstrap_servers,
+            **client_config,
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,
@@ -184,10 +190,10 @@ class ContinuousProducer:
 
 
 def produce_directly(host: str, port: int, topic: str, partition: int, value: bytes, *,
-                     timeout_ms: int) -> tuple[ErrorCode, int]:
+                     timeout_ms: int, security: ClientSecurity = PLAINTEXT) -> tuple[ErrorCode, int]:
     """One acks=all Produce of a one-record batch to exactly this broker: (error code, base offset)."""
     async def produce() -> tuple[ErrorCode, int]:
-        connection = BrokerConnection(host, port, request_timeout_s=timeout_ms / 1000 + 10)
+        connection = BrokerConnection(host, port, request_timeout_s=timeout_ms / 1000 + 10, security=security)
         await connection.connect()
         try:
             response = await send_produce(connection, topic, partition, value, timeout_ms=timeout_ms)
@@ -212,10 +218,11 @@ def produce_outcome(response: Any) -> tuple[ErrorCode, int]:
     return ErrorCode(answer.error_code), answer.base_offset
 
 
-def high_watermark_of(host: str, port: int, topic: str, partition: int) -> tuple[ErrorCode, int]:
+def high_watermark_of(host: str, port: int, topic: str, partition: int, *,
+                      security: ClientSecurity = PLAINTEXT) -> tuple[ErrorCode, int]:
     """ListOffsets(latest) as a consumer asks it of this broker: (error code, high watermark)."""
     async def list_offsets() -> tuple[ErrorCode, int]:
-        connection = BrokerConnection(host, port, request_timeout_s=10)
+        connection = BrokerConnection(host, port, request_timeout_s=10, security=security)
         await connection.connect()
         try:
             response = await connection.send(ApiKey.LIST_OFFSETS, {
@@ -241,11 +248,11 @@ class ConsumedRecord:
     value: bytes
 
 
-def consume_everything(bootstrap_servers: str, topic: str, partitions: int,
+def consume_everything(client_config: dict[str, str], topic: str, partitions: int,
                        timeout_s: float = HEAL_TIMEOUT_S) -> tuple[list[ConsumedRecord], dict[int, int]]:
     """Every record below each partition's high watermark, read from the start by a plain consumer."""
     consumer = Consumer({
-        "bootstrap.servers": bootstrap_servers, "group.id": f"fault-check-{uuid.uuid4().hex[:8]}",
+        **client_config, "group.id": f"fault-check-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
     })
     try:
@@ -478,6 +485,11 @@ class FaultCluster:
 
     # faults --------------------------------------------------------------------------------------
 
+    @property
+    def security(self) -> ClientSecurity:
+        """How the test's own connections authenticate: the stack's client_config."""
+        return ClientSecurity.from_properties(self.stack.client_config)
+
     def address(self, broker_id: int) -> tuple[str, int]:
         return self.stack.host, self.stack.processes[broker_id].port
 
@@ -539,7 +551,7 @@ class FaultCluster:
         undelivered = producer.stop()
         consumer_hws = self._consumer_high_watermarks
         self.wait_for_replicas_to_match(consumer_hws)
-        consumed, high_watermarks = consume_everything(self.stack.bootstrap_servers, TOPIC, PARTITIONS)
+        consumed, high_watermarks = consume_everything(self.stack.client_config, TOPIC, PARTITIONS)
         self.stack.stop(save_state=False)
         replicas = {
             p: [read_replica_log(process.data_dir / f"{TOPIC}-{p}", self.scratch, b, p, high_watermarks[p])
@@ -552,7 +564,7 @@ class FaultCluster:
                        failed=producer.failed)
 
     def _consumer_high_watermarks(self) -> dict[int, int]:
-        consumer = Consumer({"bootstrap.servers": self.stack.bootstrap_servers, "group.id": "fault-hw"})
+        consumer = Consumer({**self.stack.client_config, "group.id": "fault-hw"})
         try:
             return {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
                     for p in range(PARTITIONS)}
@@ -560,20 +572,37 @@ class FaultCluster:
             consumer.close()
 
     def start_producing(self) -> ContinuousProducer:
-        self.producer = ContinuousProducer(self.stack.bootstrap_servers, TOPIC)
+        self.producer = ContinuousProducer(self.stack.client_config, TOPIC)
         self.producer.start()
         self.producer.wait_for_more_acks()
         return self.producer
 
 
+def create_replicated_topic(client_config: dict[str, str]) -> None:
+    """Create the topic. librdkafka may drop its bootstrap connection (the one the request went on)
+    when the cluster's metadata names the same brokers, failing the request with _DESTROY_BROKER
+    though the broker may have created the topic (likelier when each connection authenticates first):
+    asked again, and an existing topic is then the answer wanted."""
+    admin = AdminClient(client_config)
+    for attempt in range(3):
+        topic = NewTopic(TOPIC, PARTITIONS, REPLICATION_FACTOR, config={
+            "min.insync.replicas": str(MIN_INSYNC_REPLICAS), "segment.bytes": str(SEGMENT_BYTES)})
+        try:
+            admin.create_topics([topic])[TOPIC].result(timeout=30)
+            return
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if attempt and code == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if code != KafkaError._DESTROY_BROKER or attempt == 2:
+                raise
+
+
 @contextmanager
 def fault_cluster(directory: Path, overrides: dict[str, str] | None = None) -> Iterator[FaultCluster]:
     """Three brokers, the replicated topic created with every replica in sync, nothing produced yet."""
-    with running_stack(directory / "stack", brokers=BROKERS, overrides=overrides) as stack:
-        admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
-        topic = NewTopic(TOPIC, PARTITIONS, REPLICATION_FACTOR, config={
-            "min.insync.replicas": str(MIN_INSYNC_REPLICAS), "segment.bytes": str(SEGMENT_BYTES)})
-        admin.create_topics([topic])[TOPIC].result(timeout=30)
+    with running_stack(directory / "stack", brokers=BROKERS, overrides=overrides, security=SECURITY) as stack:
+        create_replicated_topic(stack.client_config)
         cluster = FaultCluster(stack=stack, store=MetadataStore(stack.aws), scratch=directory / "replicas")
         cluster.wait_for_full_isr()
         try:
@@ -638,7 +667,7 @@ def pause_leader(cluster: FaultCluster, pause_s: float = 2 * SESSION_TIMEOUT_S) 
     probe_value = f"paused-leader-probe-{uuid.uuid4().hex[:8]}".encode()
 
     async def probe() -> PausedLeaderProbe:
-        connection = BrokerConnection(host, port, request_timeout_s=60)
+        connection = BrokerConnection(host, port, request_timeout_s=60, security=cluster.security)
         await connection.connect()
         try:
             cluster.pause(old_leader)
@@ -691,7 +720,7 @@ def kill_both_followers(cluster: FaultCluster, refusals_wanted: int = 3,
     for broker_id in followers:
         cluster.stop_broker(broker_id, signal.SIGKILL)
     host, port = cluster.address(leader)
-    error, hw = high_watermark_of(host, port, TOPIC, 0)
+    error, hw = high_watermark_of(host, port, TOPIC, 0, security=cluster.security)
     assert error == ErrorCode.none, f"ListOffsets on the leader answered {error.name}"
     ends = [log_end_offset_on_disk(cluster.stack.processes[b].data_dir / f"{TOPIC}-0") for b in followers]
     assert None not in ends, f"the dead followers' logs of partition 0 are unreadable: {ends}"
@@ -700,8 +729,8 @@ def kill_both_followers(cluster: FaultCluster, refusals_wanted: int = 3,
     refusals = 0
     while refusals < refusals_wanted and time.monotonic() < deadline:
         value = f"two-down-probe-{uuid.uuid4().hex[:8]}".encode()
-        error, _ = produce_directly(host, port, TOPIC, 0, value, timeout_ms=1000)
-        _, hw = high_watermark_of(host, port, TOPIC, 0)
+        error, _ = produce_directly(host, port, TOPIC, 0, value, timeout_ms=1000, security=cluster.security)
+        _, hw = high_watermark_of(host, port, TOPIC, 0, security=cluster.security)
         probe.attempts.append((error, hw))
         refusals = refusals + 1 if error == ErrorCode.not_enough_replicas else 0
     return probe

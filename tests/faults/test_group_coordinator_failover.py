@@ -6,7 +6,8 @@ So when broker 3 is SIGKILLed, no partition becomes unavailable: what is tested 
 alone. Its lease lapses on the other brokers' clocks, one of them takes it, loads the group
 metadata and offsets from DynamoDB, and the members carry on. Every produced record is consumed
 (at least once, no gaps), committed offsets never go backwards, and a consumer that joins the
-group afterwards starts exactly at the committed offsets.
+group afterwards starts exactly at the committed offsets. The first test runs in the harness's
+`FLOE_FAULTS_SECURITY` mode; the second speaks the raw protocol and stays PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from broker_core.client import BlockingConnection
+from broker_core.client import BlockingConnection, ClientSecurity
 from broker_core.groups.admin import GroupAdmin
 from broker_core.groups.store import GroupStore
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
 from broker_core.protocol.api_keys import ApiKey
 from tests.broker_core.groups.raw_member import RawMember
+from tests.faults.harness import SECURITY
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
@@ -42,9 +44,9 @@ CONSUMER_SETTINGS = {
 class ConsumingMember(threading.Thread):
     """A group member polling in a thread, committing synchronously what it processed every 300 ms."""
 
-    def __init__(self, bootstrap: str, name: str) -> None:
+    def __init__(self, client_config: dict[str, str], name: str) -> None:
         super().__init__(daemon=True, name=name)
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": name, **CONSUMER_SETTINGS})
+        self.consumer = Consumer({**client_config, "client.id": name, **CONSUMER_SETTINGS})
         self.records: list[tuple[int, int]] = []
         self.processed: dict[int, int] = {}
         self.stopping = threading.Event()
@@ -80,7 +82,8 @@ class ConsumingMember(threading.Thread):
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[LocalStack]:
-    with running_stack(tmp_path, brokers=2, overrides={"group.initial.rebalance.delay.ms": "0"}) as running:
+    with running_stack(tmp_path, brokers=2, overrides={"group.initial.rebalance.delay.ms": "0"},
+                       security=SECURITY) as running:
         MetadataStore(running.aws).create_topic(TOPIC, PARTITIONS, 1)
         running.start_broker(3)
         running.wait_for_broker(3)
@@ -91,12 +94,13 @@ def stack(tmp_path: Path) -> Iterator[LocalStack]:
 def test_killing_the_coordinator_broker_moves_the_group_and_consumption_goes_on(stack) -> None:
     leaders = {p.leader for p in MetadataStore(stack.aws).snapshot().partitions[TOPIC]}
     assert leaders <= {1, 2}
-    probe = BlockingConnection("127.0.0.1", stack.processes[3].port)
+    config = stack.client_config
+    security = ClientSecurity.from_properties(config)
+    probe = BlockingConnection("127.0.0.1", stack.processes[3].port, security=security)
     assert probe.request(ApiKey.FIND_COORDINATOR, {"key": GROUP, "key_type": 0}, 3).node_id == 3
     probe.close()
 
-    bootstrap = stack.bootstrap_servers
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer({**config, "linger.ms": 5})
     sent = 0
 
     def produce(count: int) -> None:
@@ -107,10 +111,10 @@ def test_killing_the_coordinator_broker_moves_the_group_and_consumption_goes_on(
         assert producer.flush(30) == 0
 
     produce(200)
-    members = [ConsumingMember(bootstrap, f"reader-{i}") for i in (1, 2)]
+    members = [ConsumingMember(config, f"reader-{i}") for i in (1, 2)]
     for member in members:
         member.start()
-    admin = GroupAdmin(bootstrap)
+    admin = GroupAdmin(config["bootstrap.servers"], security=security)
     store = GroupStore(stack.aws)
     committed_samples: list[dict[int, int]] = []
 
@@ -157,7 +161,7 @@ def test_killing_the_coordinator_broker_moves_the_group_and_consumption_goes_on(
 
     # A consumer joining now starts exactly where the group committed.
     produce(8)
-    late = Consumer({"bootstrap.servers": bootstrap, "client.id": "late", **CONSUMER_SETTINGS})
+    late = Consumer({**config, "client.id": "late", **CONSUMER_SETTINGS})
     late.subscribe([TOPIC])
     seen: list[tuple[int, int]] = []
     deadline = time.monotonic() + 30

@@ -96,3 +96,23 @@ def test_a_restarted_stack_keeps_idempotency_records_and_group_offsets(tmp_path:
             {"topic": "kept", "partition_id": 0, "offset": 1, "metadata": ""}]
     finally:
         stack.stop(save_state=False)
+
+
+def test_the_adapter_produces_and_fetches_on_a_sasl_ssl_stack(tmp_path: Path) -> None:
+    """The adapter's broker client authenticates with the stack's client_config (SASL_SSL, SCRAM): the
+    brokers have no PLAINTEXT listener, so a record round trip proves it."""
+    stack = LocalStack(directory=tmp_path, brokers=1, overrides=HTTP_STACK_OVERRIDES, http=True, security="sasl_ssl")
+    stack.start()
+    try:
+        http = stack.describe()["http"]
+        api = HttpApi(http["url"], http["token"])
+        assert api.post("/v1/topics", {"topic_name": "secured"}).status == 201
+        produced = api.post("/v1/topics/secured/records",
+                            {"records": [{"value": {"type": "STRING", "data": "over SASL_SSL"}}]})
+        assert produced.status == 200
+        fetched = api.get("/v1/topics/secured/partitions/0/records?offset=0").body
+        assert fetched["next_offset"] == 1
+        assert [base64.b64decode(r["value"]["data"]) for r in fetched["records"]] == [b"over SASL_SSL"]
+        assert (tmp_path / "http-client.properties").stat().st_mode & 0o077 == 0
+    finally:
+        stack.stop(save_state=False)

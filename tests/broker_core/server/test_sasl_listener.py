@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
@@ -30,7 +31,7 @@ from broker_core.client import ClientSecurity, FloeClient, NoBrokersError
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import decode_response, encode_request
 from broker_core.protocol.messages import build_entity, request_class
-from broker_core.security.iam import iam_oauth_cb
+from broker_core.security.iam import iam_oauth_cb, iam_token
 from broker_core.security.scram import ScramClient
 from broker_core.server.listeners import ListenerSpec, SecurityProtocol
 from broker_core.settings import ConfigError, broker_setting
@@ -337,6 +338,26 @@ def test_without_re_authentication_a_session_ends_and_a_re_authenticating_client
         assert asyncio.run(floe_client())
 
 
+def test_an_oauthbearer_session_ends_when_its_token_expires_not_later(tmp_path):
+    """KIP-368: re-authentication every hour, IAM tokens valid for two minutes here: a token login's
+    session lifetime is what is left of its token; a password login's is the hour."""
+    with running_stack(tmp_path, brokers=1, security="sasl_ssl",
+                       overrides={"connections.max.reauth.ms": "3600000",
+                                  "floe.sasl.oauthbearer.iam.token.max.age.ms": "120000"}) as stack:
+        session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=stack.region)
+        token, _ = iam_token(stack.iam_audience, stack.region, stack.sts.endpoint_url, session)
+        raw = RawKafka(stack)
+        assert raw.handshake("OAUTHBEARER").error_code == ErrorCode.none
+        answer = raw.authenticate(f"n,,\x01auth=Bearer {token}\x01\x01".encode())
+        assert answer.error_code == ErrorCode.none
+        assert 60 < answer.session_lifetime.total_seconds() <= 120
+        assert raw.metadata() is not None
+        raw.close()
+        password_login = RawKafka(stack)
+        assert password_login.login(stack).session_lifetime.total_seconds() == 3600
+        password_login.close()
+
+
 def test_plain_is_refused_on_a_listener_without_tls():
     from broker_core.server.assembly import sasl_config
 
@@ -407,6 +428,27 @@ def test_the_readme_commands_work_against_a_sasl_ssl_stack(stack):
     floe("produce", "orders", "--key-separator", ":", stdin=b"k1:hello\nk2:world\n")
     consumed = floe("consume", "orders", "--from-beginning", "--timeout", "5")
     assert set(consumed.splitlines()) == {"k1\thello", "k2\tworld"}, consumed
+
+
+def test_floe_commands_with_bootstrap_servers_take_a_command_config_or_x_properties(stack, tmp_path):
+    security = {k: v for k, v in stack.client_config.items() if k != "bootstrap.servers"}
+    properties = tmp_path / "client.properties"
+    properties.write_text("# as Kafka's CLIs read it\n" + "".join(f"{k}={v}\n" for k, v in security.items()))
+
+    def floe(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "broker_core.cli", *args, "--bootstrap-servers", bootstrap(stack),
+                               "--request-timeout", "10"], input=stdin, capture_output=True, timeout=120)
+
+    created = floe("topics", "create", "configured", "--command-config", str(properties))
+    assert created.returncode == 0, created.stderr.decode()
+    x_options = [part for k, v in security.items() for part in ("-X", f"{k}={v}")]
+    assert floe("produce", "configured", *x_options, stdin=b"one\ntwo\n").returncode == 0
+    consumed = floe("consume", "configured", "--from-beginning", "--timeout", "5", *x_options)
+    assert consumed.stdout.decode().splitlines() == ["null\tone", "null\ttwo"], consumed.stderr.decode()
+    wrong = floe("topics", "list", "--command-config", str(properties), "-X", "sasl.password=wrong")
+    assert wrong.returncode != 0
+    assert floe("topics", "list", "-X", "no-equals-sign").returncode == 2
+    assert floe("topics", "list").returncode != 0  # PLAINTEXT to a SASL_SSL listener gets nowhere
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
