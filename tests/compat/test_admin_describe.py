@@ -21,7 +21,9 @@ def test_both_clients_describe_the_cluster_with_every_live_broker(stack: LocalSt
     cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=30)
     assert sorted(node.id for node in cluster.nodes) == [1, 2]
     assert cluster.cluster_id and cluster.controller is not None and cluster.controller.id in (1, 2)
-    assert cluster.authorized_operations is None  # no authorizer: nothing to report, as Kafka
+    # No authorizer: every operation the cluster resource has, as Kafka's authorizedOperations answers.
+    assert {op.name for op in cluster.authorized_operations} == {
+        "CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"}
     described = kp_admin.describe_cluster()
     assert sorted(broker["broker_id"] for broker in described["brokers"]) == [1, 2]
     assert described["cluster_id"] == cluster.cluster_id
