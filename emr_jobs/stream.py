@@ -275,6 +275,11 @@ class FloeStreamReader(DataSourceStreamReader):
 
     def _check_range(self, topic: str, partition: int, begin: int, stop: int, earliest: int,
                      latest: int) -> tuple[int, int]:
+        if begin > min(stop, latest):
+            # Past the log's end: the log was truncated or the topic recreated. Skipping leaves the
+            # range empty; the next micro-batch starts at this one's end, where the log is now.
+            self._data_loss(topic, partition, begin, f"the log now ends at {latest} (it was truncated or recreated)")
+            return stop, stop
         if begin < earliest:
             self._data_loss(topic, partition, begin, f"the log now starts at {earliest} (retention deleted it)")
             begin = earliest
