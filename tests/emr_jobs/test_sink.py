@@ -80,3 +80,27 @@ def test_the_sink_refuses_a_dataframe_without_a_topic_or_a_value(spark: SparkSes
         frame.select("key").write.format("floe").options(
             topic="t", **{"kafka.bootstrap.servers": "127.0.0.1:1"}
         ).mode("append").save()
+
+
+def test_a_stream_written_to_floe_copies_every_record_of_its_source(spark: SparkSession, tmp_path: Path) -> None:
+    with running_stack(tmp_path / "stack") as stack:
+        admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+        for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in ("source", "copy")]).values():
+            future.result(timeout=30)
+        producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "acks": "all"})
+        for n in range(ROWS):
+            producer.produce("source", key=f"key-{n}".encode(), value=f"value-{n}".encode())
+        assert producer.flush(60) == 0
+        stack_file = str(stack.directory / STACK_FILE)
+        query = (
+            spark.readStream.format("floe").options(subscribe="source", stack=stack_file, startingOffsets="earliest")
+            .load().select("key", "value")
+            .writeStream.format("floe").options(topic="copy", stack=stack_file)
+            .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start()
+        )
+        query.awaitTermination(180)
+        assert query.exception() is None
+        copied = consume_all(stack, "copy", ROWS)
+        for n in range(ROWS):
+            _, value, _ = copied[f"key-{n}".encode()]
+            assert value == f"value-{n}".encode()
