@@ -191,6 +191,9 @@ class FloeStreamReader(DataSourceStreamReader):
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
         self._position: Offsets | None = None  # the end of the last range planned (for maxOffsetsPerTrigger)
+        # What latestOffset found, for the partitions() call that Spark makes right after it with
+        # that offset as the end: planning a micro-batch then asks DynamoDB and the brokers once.
+        self._latest_state: dict[str, dict[int, tuple[int, int, list]]] | None = None
 
     # driver ------------------------------------------------------------------------------------
 
@@ -240,7 +243,7 @@ class FloeStreamReader(DataSourceStreamReader):
 
     def latestOffset(self) -> Offsets:  # noqa: N802 (Spark's name)
         prepare_python_worker()
-        state = self._partition_state()
+        state = self._latest_state = self._partition_state()
         latest: Offsets = {
             topic: {str(p): bounds[1] for p, bounds in partitions.items()} for topic, partitions in state.items()
         }
@@ -252,7 +255,9 @@ class FloeStreamReader(DataSourceStreamReader):
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         prepare_python_worker()
         self._position = end
-        state = self._partition_state()
+        state, self._latest_state = self._latest_state, None
+        if state is None:  # a restart re-running a logged batch: no latestOffset came first
+            state = self._partition_state()
         reads: list[InputPartition] = []
         for topic, partitions in end.items():
             load_indexes = functools.cache(functools.partial(remote.read_indexes, self.options.aws))
