@@ -1,4 +1,4 @@
-"""Exceptions raised by the Spark reader of tiered segments, one per failure mode.
+"""Exceptions raised by the floe Spark source and sink, one per failure mode.
 
 Each carries the structured fields that identify what failed (option name, topic, partition,
 offsets, object key and byte position), so a job's log names the exact thing to look at.
@@ -38,10 +38,12 @@ class OffsetNotTieredError(FloeReadError):
     were deleted by retention or never tiered; offsets at or above ``latest`` are not tiered yet.
     """
 
+    bounds = "the tiered offsets [{earliest}, {latest}); the reader only reads committed data that is already in S3"
+
     def __init__(self, *, topic: str, partition: int, option: str, offset: int, earliest: int, latest: int) -> None:
         super().__init__(
-            f"{option} offset {offset} of {topic}-{partition} is outside the tiered offsets "
-            f"[{earliest}, {latest}); the reader only reads committed data that is already in S3"
+            f"{option} offset {offset} of {topic}-{partition} is outside "
+            + self.bounds.format(earliest=earliest, latest=latest)
         )
         self.topic = topic
         self.partition = partition
@@ -49,6 +51,56 @@ class OffsetNotTieredError(FloeReadError):
         self.offset = offset
         self.earliest = earliest
         self.latest = latest
+
+
+class OffsetOutOfRangeError(OffsetNotTieredError):
+    """A requested offset lies outside a partition's log as read to its head: below its earliest
+    offset (deleted by retention) or past its high watermark. Same fields as OffsetNotTieredError,
+    whose bounds were the tiered ones."""
+
+    bounds = "the log's offsets [{earliest}, {latest}] (earliest, high watermark)"
+
+
+class TailReadError(FloeReadError):
+    """Reading offsets past the tiered end from the brokers failed after the client's retries."""
+
+    def __init__(self, *, topic: str, partition: int | None, offset: int | None, reason: str) -> None:
+        where = topic if partition is None else f"{topic}-{partition}"
+        at = "" if offset is None else f" at offset {offset}"
+        super().__init__(f"{where}{at}: {reason}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
+
+
+class SinkWriteError(FloeReadError):
+    """The floe sink could not get a batch of rows acknowledged by a partition's leader."""
+
+    def __init__(self, *, topic: str, partition: int | None, reason: str) -> None:
+        where = topic if partition is None else f"{topic}-{partition}"
+        super().__init__(f"writing to {where}: {reason}")
+        self.topic = topic
+        self.partition = partition
+        self.reason = reason
+
+
+class DataLossError(FloeReadError):
+    """Offsets a streaming query needs are gone (retention deleted them, or the log end moved back).
+
+    Raised when ``failOnDataLoss`` is true (the default), as Spark's Kafka source does; with
+    ``failOnDataLoss=false`` the query skips to what is there and logs a warning instead.
+    """
+
+    def __init__(self, *, topic: str, partition: int, expected: int, reason: str) -> None:
+        super().__init__(
+            f"{topic}-{partition}: offset {expected} is needed but {reason}. Some data may have been lost; "
+            "if this is expected, set the option failOnDataLoss=false to skip it"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.expected = expected
+        self.reason = reason
 
 
 class CorruptSegmentError(FloeReadError):

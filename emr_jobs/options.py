@@ -12,13 +12,21 @@ Names and meanings follow Spark's Kafka source wherever the two overlap, so a jo
     maxBytesPerPartition  split segments into index-aligned byte ranges of at most this many bytes
                           (default 134217728, Spark's spark.sql.files.maxPartitionBytes; a range can
                           only be cut at an index entry, so one index interval plus one batch is the floor)
+    kafka.bootstrap.servers
+                          brokers to read the tail from (offsets past the tiered end, up to the high
+                          watermark); with ``stack``, the stack's brokers are the default
+    tieredOnly            "true" reads only tiered data from S3 and never contacts a broker (default "false";
+                          also the behaviour when no bootstrap servers are known)
     stack                 path to a local stack's stack.json (or its directory): AWS settings for `floe local up`
     region, bucket, tablePrefix, endpointUrl
                           explicit AWS settings (EMR); unset ones come from the environment as in
                           broker_core.aws.AwsSettings.from_env
 
-"earliest" and "latest" are the bounds of the tiered data: the base offset of a partition's first
-committed remote segment and one past the last offset of its last one. As in Spark's Kafka source
+With bootstrap servers, "earliest" is the base offset of a partition's first committed remote
+segment (its log start offset when nothing is tiered) and "latest" its high watermark; the part of
+each range below the tiered end is read from S3 and the rest from the partition's leader. Without
+(or with tieredOnly), "earliest" and "latest" are the bounds of the tiered data: the base offset of a
+partition's first committed remote segment and one past the last offset of its last one. As in Spark's Kafka source
 for batch reads, startingOffsets cannot be "latest" and endingOffsets cannot be "earliest"; a
 partition the JSON does not name starts at earliest and ends at latest. A timestamp option and the
 offsets option for the same end cannot both be given.
@@ -27,7 +35,7 @@ offsets option for the same end cannot both be given.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +56,8 @@ _OPTION_NAMES = (
     "endingTimestamp",
     "includeHeaders",
     "maxBytesPerPartition",
+    "kafka.bootstrap.servers",
+    "tieredOnly",
     "stack",
     "region",
     "bucket",
@@ -55,7 +65,6 @@ _OPTION_NAMES = (
     "endpointUrl",
 )
 _AWS_OPTIONS = ("region", "bucket", "tablePrefix", "endpointUrl")
-_CANONICAL = {name.lower(): name for name in _OPTION_NAMES}
 
 
 @dataclass(frozen=True)
@@ -83,16 +92,12 @@ class ReadOptions:
     max_bytes_per_partition: int
     aws: AwsSettings
     local_stack: bool
+    bootstrap_servers: str | None = None  # None: tiered data only, no broker contacted
 
 
 def parse_options(options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> ReadOptions:
     """Check and parse the data source options (names are case-insensitive, as in Spark)."""
-    given: dict[str, str] = {}
-    for name, value in options.items():
-        canonical = _CANONICAL.get(name.lower())
-        if canonical is None:
-            raise InvalidOptionError(name, f"unknown option; the floe source takes {', '.join(_OPTION_NAMES)}")
-        given[canonical] = value
+    given = canonical_options(options, _OPTION_NAMES, "the floe source")
     topic = given.get("topic", "")
     if not topic:
         raise InvalidOptionError("topic", "required: the topic to read")
@@ -119,7 +124,35 @@ def parse_options(options: Mapping[str, str], environ: Mapping[str, str] | None 
         ),
         aws=aws,
         local_stack=local_stack,
+        bootstrap_servers=bootstrap_servers_option(given),
     )
+
+
+def bootstrap_servers_option(given: Mapping[str, str]) -> str | None:
+    """The brokers to read the tail from: kafka.bootstrap.servers, else the stack's; None with tieredOnly."""
+    if _boolean("tieredOnly", given.get("tieredOnly", "false")):
+        return None
+    servers = given.get("kafka.bootstrap.servers", "").strip()
+    if servers:
+        return servers
+    if "stack" in given:
+        return load_stack_bootstrap_servers(given["stack"]) or None
+    return None
+
+
+def canonical_options(options: Mapping[str, str], names: Sequence[str], what: str,
+                      ignored: Sequence[str] = ()) -> dict[str, str]:
+    """``options`` under their canonical names (Spark's option names are case-insensitive); an
+    unknown name raises InvalidOptionError, one of ``ignored`` (lower case) is dropped."""
+    canonical = {name.lower(): name for name in names}
+    given: dict[str, str] = {}
+    for name, value in options.items():
+        if name.lower() in ignored:
+            continue
+        if name.lower() not in canonical:
+            raise InvalidOptionError(name, f"unknown option; {what} takes {', '.join(names)}")
+        given[canonical[name.lower()]] = value
+    return given
 
 
 def _offset_bound(option: str, text: str, topic: str, default: int) -> OffsetBound:
@@ -206,12 +239,31 @@ def _aws_settings(given: Mapping[str, str], environ: Mapping[str, str] | None) -
 
 def load_stack_settings(path: str) -> AwsSettings:
     """The AWS settings of a local stack, from its stack.json (or the directory holding it)."""
+    description, stack_path = _stack_description(path)
+    try:
+        return AwsSettings.from_dict(description["aws"])
+    except (ValueError, KeyError, TypeError, InvalidAwsSettingsError) as error:
+        raise InvalidOptionError("stack", f"{stack_path} is not a stack description: {error}") from None
+
+
+def load_stack_bootstrap_servers(path: str) -> str:
+    """The bootstrap servers of a local stack, from its stack.json (or the directory holding it)."""
+    description, stack_path = _stack_description(path)
+    servers = description.get("bootstrap_servers", "")
+    if not isinstance(servers, str):
+        raise InvalidOptionError("stack", f"{stack_path} is not a stack description: bootstrap_servers {servers!r}")
+    return servers
+
+
+def _stack_description(path: str) -> tuple[dict, Path]:
     stack_path = Path(path)
     if stack_path.is_dir():
         stack_path = stack_path / STACK_FILE
     try:
         description = json.loads(stack_path.read_text())
-        return AwsSettings.from_dict(description["aws"])
+        if not isinstance(description, dict):
+            raise TypeError("not a JSON object")
+        return description, stack_path
     except OSError as error:
         raise InvalidOptionError("stack", f"cannot read {stack_path}: {error}; is `floe local up` running?") from None
     except (ValueError, KeyError, TypeError, InvalidAwsSettingsError) as error:

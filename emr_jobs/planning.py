@@ -17,7 +17,12 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from emr_jobs.errors import InvalidOptionError, OffsetNotTieredError, UnknownPartitionError
+from emr_jobs.errors import (
+    InvalidOptionError,
+    OffsetNotTieredError,
+    OffsetOutOfRangeError,
+    UnknownPartitionError,
+)
 from emr_jobs.options import EARLIEST, LATEST, ReadOptions
 from tiered_storage.indexes import SegmentIndexes
 from tiered_storage.manifest import RemoteSegment
@@ -71,13 +76,16 @@ def resolve_offsets(
     partition: int,
     segments: Sequence[RemoteSegment],
     offset_for_timestamp: Callable[[int], int | None],
+    log_bounds: tuple[int, int] | None = None,
 ) -> OffsetRange:
     """The offsets of ``partition`` to read, given its committed segments.
 
-    ``offset_for_timestamp(t)`` answers Kafka's ListOffsets by timestamp over those segments (None
-    when no record reaches ``t``); a timestamp no record reaches resolves to latest.
+    ``offset_for_timestamp(t)`` answers Kafka's ListOffsets by timestamp (None when no record
+    reaches ``t``); a timestamp no record reaches resolves to latest. Without ``log_bounds``,
+    earliest and latest are the tiered bounds; with them (earliest, high watermark, when the tail
+    is read from the brokers) they are the log's.
     """
-    earliest, latest = tiered_bounds(segments)
+    earliest, latest = tiered_bounds(segments) if log_bounds is None else log_bounds
 
     def explicit(option: str, offset: int) -> int:
         if offset == EARLIEST:
@@ -85,6 +93,11 @@ def resolve_offsets(
         if offset == LATEST:
             return latest
         if not earliest <= offset <= latest:
+            if log_bounds is not None:
+                raise OffsetOutOfRangeError(
+                    topic=options.topic, partition=partition, option=option, offset=offset, earliest=earliest,
+                    latest=latest,
+                )
             raise OffsetNotTieredError(
                 topic=options.topic, partition=partition, option=option, offset=offset, earliest=earliest, latest=latest
             )

@@ -16,7 +16,9 @@ and on the platform (Amazon Linux 2023, same CPU architecture) of the EMR Server
 first with Python data sources). ``run`` uploads the archive and the job's entry script under the
 staging prefix and calls ``start-job-run`` with ``spark.archives=<archive>#environment`` and
 PYSPARK_PYTHON pointing at ``./environment/bin/python`` for the driver and the executors; the
-arguments after ``--`` go to the job (``emr_jobs.jobs.topic_to_parquet`` by default).
+arguments after ``--`` go to the job (``emr_jobs.jobs.topic_to_parquet`` by default). ``run --mode
+streaming`` starts a streaming job run (for ``emr_jobs.jobs.stream_to_parquet`` or ``stream_counts``),
+which EMR Serverless keeps running and restarts after a failure; the query resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -132,8 +134,10 @@ def job_run_request(
     name: str,
     log_uri: str | None = None,
     conf: Mapping[str, str] | None = None,
+    streaming: bool = False,
 ) -> dict[str, Any]:
-    """The keyword arguments of ``emr-serverless start_job_run`` for one job."""
+    """The keyword arguments of ``emr-serverless start_job_run`` for one job; ``streaming`` runs it as
+    an EMR Serverless streaming job (mode STREAMING: no execution timeout, restarted on failure)."""
     request: dict[str, Any] = {
         "applicationId": application_id,
         "executionRoleArn": execution_role_arn,
@@ -147,6 +151,9 @@ def job_run_request(
             }
         },
     }
+    if streaming:
+        request["mode"] = "STREAMING"
+        request["executionTimeoutMinutes"] = 0
     if log_uri is not None:
         request["configurationOverrides"] = {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": log_uri}}}
     return request
@@ -178,6 +185,7 @@ def submit(
     arguments: Sequence[str],
     name: str,
     conf: Mapping[str, str] | None = None,
+    streaming: bool = False,
 ) -> str:
     """Upload the archive (unless it is an s3:// URI already) and the entry script, start the job; return its run id."""
     bucket, prefix = split_s3_uri(staging)
@@ -199,6 +207,7 @@ def submit(
         name=name,
         log_uri=f"s3://{bucket}/{base}logs/",
         conf=conf,
+        streaming=streaming,
     )
     return emr.start_job_run(**request)["jobRunId"]
 
@@ -233,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--archive", default=str(Path("dist") / ARCHIVE_NAME), help="local archive or its s3:// URI")
     run.add_argument("--entry-point", type=Path, default=DEFAULT_ENTRY_POINT)
     run.add_argument("--name", default="floe-topic-to-parquet")
+    run.add_argument("--mode", choices=("batch", "streaming"), default="batch",
+                     help="streaming: an EMR Serverless streaming job (e.g. emr_jobs/jobs/stream_to_parquet.py)")
     run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="more Spark settings")
     args = parser.parse_args(argv)
 
@@ -257,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         arguments=job_arguments,
         name=args.name,
         conf=conf,
+        streaming=args.mode == "streaming",
     )
     print(run_id)
 

@@ -9,8 +9,9 @@ The output has the floe source's columns (key, value, topic, partition, offset, 
 timestampType, and headers with --include-headers) plus ``date`` (UTC), under
 ``<output>/date=YYYY-MM-DD/``. ``--mode overwrite`` (the default) replaces the dataset;
 ``--mode append`` adds to it, for incremental runs over consecutive offset ranges (each run's
-``--starting-offsets`` being the previous run's ``--ending-offsets``). Only committed data the
-brokers have already tiered to S3 is read.
+``--starting-offsets`` being the previous run's ``--ending-offsets``). Tiered data is read from S3
+and, with the brokers known (``--bootstrap-servers``, or the local stack's), the rest up to the high
+watermark from the partitions' leaders; ``--tiered-only`` reads S3 only.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ _SOURCE_FLAGS = {
     "starting_timestamp": "startingTimestamp",
     "ending_timestamp": "endingTimestamp",
     "max_bytes_per_partition": "maxBytesPerPartition",
+    "bootstrap_servers": "kafka.bootstrap.servers",
 }
 
 
@@ -55,6 +57,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ending-timestamp", help="milliseconds since the epoch")
     parser.add_argument("--max-bytes-per-partition")
     parser.add_argument("--include-headers", action="store_true")
+    parser.add_argument("--bootstrap-servers", help="brokers to read the records not tiered yet from")
+    parser.add_argument("--tiered-only", action="store_true", help="read tiered data only, never contact a broker")
     parser.add_argument("--mode", choices=("overwrite", "append"), default="overwrite")
     return parser.parse_args(argv)
 
@@ -62,6 +66,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def source_options(args: argparse.Namespace) -> dict[str, str]:
     """The floe options for the job's arguments."""
     options = {"topic": args.topic, "includeHeaders": "true" if args.include_headers else "false"}
+    if args.tiered_only:
+        options["tieredOnly"] = "true"
     for flag, option in _SOURCE_FLAGS.items():
         value = getattr(args, flag)
         if value is not None:

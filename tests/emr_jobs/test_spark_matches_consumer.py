@@ -200,7 +200,9 @@ def test_spark_reads_exactly_the_rows_a_consumer_reads_in_the_same_order(spark: 
         stack_file = str(stack.directory / STACK_FILE)
 
         def load(**options: str) -> DataFrame:
-            return spark.read.format("floe").options(topic=TOPIC, stack=stack_file, includeHeaders="true", **options).load()
+            return spark.read.format("floe").options(
+                topic=TOPIC, stack=stack_file, includeHeaders="true", tieredOnly="true", **options
+            ).load()
 
         everything = spark_rows(load())
         for partition in range(PARTITIONS):

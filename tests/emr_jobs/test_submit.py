@@ -24,6 +24,7 @@ from emr_jobs.submit import (
     RELEASE_LABEL,
     SubmitError,
     create_application,
+    job_run_request,
     package,
     runtime_requirements,
     split_s3_uri,
@@ -151,3 +152,25 @@ def test_the_application_is_created_on_the_spark_4_release() -> None:
 def test_a_staging_location_must_be_an_s3_uri(uri: str) -> None:
     with pytest.raises(SubmitError):
         split_s3_uri(uri)
+
+
+def test_a_streaming_job_run_asks_emr_serverless_for_streaming_mode() -> None:
+    request = job_run_request(
+        application_id="00abc", execution_role_arn=MOTO_ACCOUNT_ROLE, entry_point_uri="s3://b/jobs/stream_to_parquet.py",
+        archive_uri="s3://b/floe-environment.tar.gz", arguments=["--topic", "clicks"], name="clicks-stream",
+        streaming=True,
+    )
+    emr = boto3.client("emr-serverless", region_name="us-east-1")
+    with Stubber(emr) as stub:  # the stub checks the request against the service's API model
+        stub.add_response(
+            "start_job_run",
+            {"applicationId": "00abc", "jobRunId": "00run", "arn": "arn:aws:emr-serverless:us-east-1:123456789012:/applications/00abc/jobruns/00run"},
+            request,
+        )
+        assert emr.start_job_run(**request)["jobRunId"] == "00run"
+    assert (request["mode"], request["executionTimeoutMinutes"]) == ("STREAMING", 0)
+    batch = job_run_request(
+        application_id="00abc", execution_role_arn=MOTO_ACCOUNT_ROLE, entry_point_uri="s3://b/jobs/job.py",
+        archive_uri="s3://b/a.tar.gz", arguments=[], name="batch",
+    )
+    assert "mode" not in batch

@@ -1,0 +1,259 @@
+"""``df.write.format("floe")`` and ``df.writeStream.format("floe")``: Spark's Kafka sink, on Floe.
+
+Columns, as in Spark's Kafka sink: ``value`` (binary or string, required), ``key`` (binary or
+string, optional), ``headers`` (array<struct<key: string, value: binary>>, optional), ``topic``
+(string; the ``topic`` option, when given, overrides it) and ``partition`` (int, optional). Other
+columns are ignored. A row without a partition goes where Kafka's default partitioner puts it:
+murmur2 of its key (``broker_core.partitioner``), and for a null key one partition per batch of
+rows, chosen at random (Kafka's sticky partitioning).
+
+Each executor task is an idempotent producer: it asks a broker for a producer id
+(InitProducerId) and numbers its batches per partition, so a Produce it must resend (a lost
+connection, a timeout, a leader change) is appended once, as with ``enable.idempotence=true``.
+The guarantee of the whole write is at-least-once, as Spark's Kafka sink: a task Spark retries,
+or a micro-batch a restarted query replays, is written again by a new producer. Exactly-once
+writes need transactions, which Floe does not have yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import random
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from pyspark.sql import Row
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+from broker_core.client import (
+    BrokerConnection,
+    BrokerConnectionError,
+    ClientError,
+    FloeClient,
+    KafkaError,
+    backoff_s,
+    parse_bootstrap_servers,
+)
+from broker_core.partitioner import partition_for_key
+from broker_core.protocol.api_keys import ApiKey
+from broker_core.protocol.messages import build_entity, request_class
+from broker_core.records import SimpleRecord, build_batch
+from emr_jobs.errors import InvalidOptionError, SinkWriteError
+from emr_jobs.options import bootstrap_servers_option, canonical_options
+from emr_jobs.python_worker import prepare_python_worker
+from emr_jobs.schema import HEADERS_TYPE
+
+BATCH_RECORDS = 2000
+BATCH_BYTES = 1024 * 1024
+SEND_ATTEMPTS = 10
+INIT_PRODUCER_ID_VERSION = 4
+
+_SINK_OPTION_NAMES = ("topic", "kafka.bootstrap.servers", "stack")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Parsed sink options and where each column is in a row (None: the column is absent)."""
+
+    topic: str | None
+    bootstrap_servers: str
+    key_column: bool
+    headers_column: bool
+    topic_column: bool
+    partition_column: bool
+
+
+def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
+    """Check the options and the DataFrame's columns against what Spark's Kafka sink accepts."""
+    given = canonical_options(options, _SINK_OPTION_NAMES, "the floe sink", ignored=("path", "checkpointlocation"))
+    servers = bootstrap_servers_option(given)
+    if not servers:
+        raise InvalidOptionError("kafka.bootstrap.servers", "the sink writes to brokers: give them (or stack)")
+    types = {field.name: field.dataType for field in schema.fields}
+    if "value" not in types:
+        raise InvalidOptionError("value", "the DataFrame needs a value column (binary or string)")
+    for column in ("key", "value"):
+        if column in types and not isinstance(types[column], BinaryType | StringType):
+            raise InvalidOptionError(column, f"the {column} column must be binary or string, not {types[column].simpleString()}")
+    if "topic" in types and not isinstance(types["topic"], StringType):
+        raise InvalidOptionError("topic", f"the topic column must be a string, not {types['topic'].simpleString()}")
+    if "partition" in types and not isinstance(types["partition"], IntegerType):
+        raise InvalidOptionError("partition", f"the partition column must be an int, not {types['partition'].simpleString()}")
+    if "headers" in types and not _headers_type(types["headers"]):
+        raise InvalidOptionError("headers", f"the headers column must be {HEADERS_TYPE.simpleString()}")
+    topic = given.get("topic", "").strip() or None
+    if topic is None and "topic" not in types:
+        raise InvalidOptionError("topic", "give the topic option or a topic column")
+    return SinkOptions(
+        topic=topic,
+        bootstrap_servers=servers,
+        key_column="key" in types,
+        headers_column="headers" in types,
+        topic_column="topic" in types,
+        partition_column="partition" in types,
+    )
+
+
+def _headers_type(data_type: Any) -> bool:
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    fields = {field.name: field.dataType for field in data_type.elementType.fields}
+    return set(fields) == {"key", "value"} and isinstance(fields["key"], StringType) and isinstance(
+        fields["value"], BinaryType | StringType
+    )
+
+
+@dataclass
+class WrittenRecords(WriterCommitMessage):
+    """What one task wrote: records per topic."""
+
+    records: dict[str, int]
+
+
+class FloeWriter(DataSourceWriter):
+    """A batch write: every task produces its rows; nothing is left to do at commit (at-least-once)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Row]) -> WrittenRecords:
+        prepare_python_worker()
+        return WrittenRecords(write_rows(self.options, iterator))
+
+
+class FloeStreamWriter(DataSourceStreamWriter):
+    """A micro-batch write: as FloeWriter; a replayed micro-batch is written again (at-least-once)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Row]) -> WrittenRecords:
+        prepare_python_worker()
+        return WrittenRecords(write_rows(self.options, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
+        """The records are already acknowledged by the brokers (acks=all): nothing to commit."""
+
+
+def write_rows(options: SinkOptions, rows: Iterator[Row]) -> dict[str, int]:
+    """Produce ``rows`` with one idempotent producer; returns how many records went to each topic."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(_produce_rows(options, rows))
+    finally:
+        loop.close()
+
+
+class _IdempotentProducer:
+    """One producer id, a sequence number per partition; resends a batch unchanged until acknowledged."""
+
+    def __init__(self, client: FloeClient, producer_id: int, producer_epoch: int) -> None:
+        self.client = client
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.sequences: dict[tuple[str, int], int] = defaultdict(int)
+
+    async def send(self, topic: str, partition: int, records: list[SimpleRecord]) -> None:
+        sequence = self.sequences[(topic, partition)]
+        batch = build_batch(records, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                            base_sequence=sequence)
+        self.sequences[(topic, partition)] = (sequence + len(records)) % (1 << 31)
+        for attempt in range(SEND_ATTEMPTS):
+            try:
+                await self.client.produce(topic, batch, partition)
+                return
+            except KafkaError as error:
+                # The batch carries its sequence number, so resending one the broker may already
+                # have appended is safe: a duplicate is acknowledged, not appended again.
+                if not (error.retriable or error.code == ErrorCode.duplicate_sequence_number) or attempt + 1 == SEND_ATTEMPTS:
+                    raise SinkWriteError(topic=topic, partition=partition, reason=str(error)) from error
+                if error.code == ErrorCode.duplicate_sequence_number:
+                    return
+            except BrokerConnectionError as error:
+                if attempt + 1 == SEND_ATTEMPTS:
+                    raise SinkWriteError(topic=topic, partition=partition, reason=str(error)) from error
+            await asyncio.sleep(backoff_s(attempt))
+
+
+async def _init_producer_id(bootstrap_servers: str) -> tuple[int, int]:
+    last_error: Exception | None = None
+    for host, port in parse_bootstrap_servers(bootstrap_servers):
+        connection = BrokerConnection(host, port, client_id="floe-spark-sink")
+        try:
+            await connection.connect()
+            # Floe's client negotiates only the APIs it uses itself: send InitProducerId v4 as is.
+            request = build_entity(request_class(ApiKey.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION), {
+                "transactional_id": None, "transaction_timeout": datetime.timedelta(seconds=60),
+                "producer_id": -1, "producer_epoch": -1,
+            })
+            response = await connection.send(ApiKey.INIT_PRODUCER_ID, request)
+            if response.error_code == ErrorCode.none:
+                return response.producer_id, response.producer_epoch
+            last_error = KafkaError(response.error_code)
+        except ClientError as error:
+            last_error = error
+        finally:
+            await connection.close()
+    raise SinkWriteError(topic="*", partition=None, reason=f"InitProducerId failed: {last_error}")
+
+
+async def _produce_rows(options: SinkOptions, rows: Iterator[Row]) -> dict[str, int]:
+    written: dict[str, int] = defaultdict(int)
+    async with FloeClient(options.bootstrap_servers, client_id="floe-spark-sink") as client:
+        producer = _IdempotentProducer(client, *await _init_producer_id(options.bootstrap_servers))
+        counts: dict[str, int] = {}
+        sticky: dict[str, int] = {}
+        pending: dict[tuple[str, int], list[SimpleRecord]] = defaultdict(list)
+        pending_bytes = 0
+
+        async def flush() -> None:
+            nonlocal pending_bytes
+            batches = [(tp, records) for tp, records in pending.items() if records]
+            pending.clear()
+            pending_bytes = 0
+            sticky.clear()
+            await asyncio.gather(*(producer.send(topic, partition, records) for (topic, partition), records in batches))
+            for (topic, _), records in batches:
+                written[topic] += len(records)
+
+        for row in rows:
+            topic = options.topic or row["topic"]
+            if not topic:
+                raise SinkWriteError(topic="?", partition=None, reason="a row has a null topic and no topic option is set")
+            key = _as_bytes(row["key"]) if options.key_column else None
+            value = _as_bytes(row["value"])
+            headers = _headers(row["headers"]) if options.headers_column else ()
+            partition = row["partition"] if options.partition_column else None
+            if partition is None:
+                if topic not in counts:
+                    counts[topic] = await client.num_partitions(topic)
+                if key is not None:
+                    partition = partition_for_key(key, counts[topic])
+                else:
+                    partition = sticky.setdefault(topic, random.randrange(counts[topic]))
+            records = pending[(topic, partition)]
+            records.append(SimpleRecord(key=key, value=value, headers=headers))
+            pending_bytes += len(value or b"") + len(key or b"")
+            if len(records) >= BATCH_RECORDS or pending_bytes >= BATCH_BYTES:
+                await flush()
+        await flush()
+    return dict(written)
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+def _headers(headers: Any) -> tuple[tuple[str, bytes | None], ...]:
+    if not headers:
+        return ()
+    return tuple((header["key"], _as_bytes(header["value"])) for header in headers)
