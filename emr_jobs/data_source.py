@@ -31,7 +31,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from emr_jobs import remote, tail
-from emr_jobs.arrow_records import RecordRange, iter_arrow_batches
 from emr_jobs.errors import InvalidOptionError
 from emr_jobs.options import ReadOptions, parse_options
 from emr_jobs.planning import (
@@ -43,6 +42,7 @@ from emr_jobs.planning import (
 )
 from emr_jobs.python_worker import prepare_python_worker
 from emr_jobs.schema import kafka_schema
+from emr_jobs.segment_reads import read_segment
 from tiered_storage.indexes import SegmentIndexes
 from tiered_storage.manifest import RemoteSegment
 
@@ -159,20 +159,3 @@ def _log_bounds(segments: list[RemoteSegment], bounds: tail.BrokerBounds) -> tup
     return earliest, max(bounds.high_watermark, tiered_bounds(segments)[1])
 
 
-def read_segment(options: ReadOptions, partition: SegmentRead) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of one planned segment byte range, read from S3."""
-    remote.use_local_stack_credentials(options)
-    remote.s3_client(options.aws)  # made before the worker's heap is frozen, so frozen with it
-    prepare_python_worker()
-    records = RecordRange(
-        topic=partition.topic,
-        partition=partition.partition,
-        start_offset=partition.start_offset,
-        end_offset=partition.end_offset,
-        include_headers=options.include_headers,
-    )
-    chunks = remote.read_range(options.aws, partition.log_key, partition.byte_start, partition.byte_end)
-    try:
-        yield from iter_arrow_batches(chunks, records, object_key=partition.log_key, stream_position=partition.byte_start)
-    finally:
-        chunks.close()

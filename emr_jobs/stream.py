@@ -55,6 +55,7 @@ from emr_jobs.options import (
 )
 from emr_jobs.planning import OffsetRange, SegmentRead, plan_segment_reads, tiered_bounds
 from emr_jobs.python_worker import prepare_python_worker
+from emr_jobs.segment_reads import read_segment
 
 LOG = logging.getLogger(__name__)
 
@@ -305,8 +306,6 @@ class FloeStreamReader(DataSourceStreamReader):
     # executors ---------------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from emr_jobs.data_source import read_segment
-
         prepare_python_worker()
         if isinstance(partition, tail.TailRead):
             yield from tail.read_tail(self.options.bootstrap_servers, partition, self.options.include_headers)
