@@ -12,22 +12,35 @@ Thread-safety: a LeaseObserver belongs to the broker's event loop.
 
 from __future__ import annotations
 
-from .store import GroupLease
+from typing import Protocol
+
+
+class ObservedLease(Protocol):
+    """A lease as a contender reads it: a group's, or a transactional id's (``broker_core.transactions``)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def observation(self) -> tuple[int, int, int]: ...
+
+    @property
+    def lease_duration_ms(self) -> int: ...
 
 
 class LeaseObserver:
-    """Sightings of other brokers' group leases, keyed by group id."""
+    """Sightings of other brokers' leases, keyed by what the lease is for (group id, transactional id)."""
 
     def __init__(self) -> None:
         self._sightings: dict[str, tuple[tuple[int, int, int], float]] = {}
 
-    def lapsed(self, lease: GroupLease, now_s: float) -> bool:
+    def lapsed(self, lease: ObservedLease, now_s: float) -> bool:
         """Record a sighting of ``lease`` at ``now_s`` (monotonic seconds); True once it has lapsed."""
-        seen = self._sightings.get(lease.group_id)
+        seen = self._sightings.get(lease.key)
         if seen is None or seen[0] != lease.observation:
-            self._sightings[lease.group_id] = (lease.observation, now_s)
+            self._sightings[lease.key] = (lease.observation, now_s)
             return False
         return (now_s - seen[1]) * 1000 >= lease.lease_duration_ms
 
-    def forget(self, group_id: str) -> None:
-        self._sightings.pop(group_id, None)
+    def forget(self, key: str) -> None:
+        self._sightings.pop(key, None)

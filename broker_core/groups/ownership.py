@@ -167,6 +167,7 @@ class GroupOwnership:
         try:
             stored: StoredGroup | None = await self.io(self.store.read_group, lease.group_id)
             offsets = await self.io(self.store.load_offsets, lease.group_id)
+            pending = await self.io(self.store.load_pending_offsets, lease.group_id)
         except GroupStoreUnavailableError:
             self.unload(group)
             raise
@@ -175,6 +176,7 @@ class GroupOwnership:
             return
         group.restore(stored.record, self.now())
         group.offsets = offsets
+        group.pending_offsets = pending
         group.loading = False
         if group.members and stored.record.state != GroupState.STABLE.value:
             # The previous coordinator stopped between a rebalance's join and sync phases.
