@@ -23,6 +23,8 @@ from .api_keys import ApiKey
 # ListOffsets' special timestamps: the log start offset, and the high watermark.
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+# Fetch's and ListOffsets' isolation_level that stops at the last stable offset and names aborted transactions.
+READ_COMMITTED = 1
 # DescribeConfigs' resource types.
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -54,6 +56,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),
 }
 
 
