@@ -246,6 +246,8 @@ class ProducerState:
             "producers": {
                 str(pid): {
                     "epoch": e.epoch,
+                    "txn_first_offset": e.txn_first_offset,
+                    "coordinator_epoch": e.coordinator_epoch,
                     "batches": [
                         [b.first_sequence, b.last_sequence, b.base_offset, b.last_offset] for b in e.batches
                     ],
