@@ -92,3 +92,14 @@ class CorruptCheckpointError(LogError):
         self.path = path
         self.reason = reason
         self.line = line
+
+
+class CorruptTransactionIndexError(LogError):
+    """A .txnindex file is not a whole number of entries or its entries go backwards."""
+
+    def __init__(self, path: Path, reason: str, *, entry: int | None = None) -> None:
+        where = "" if entry is None else f" at entry {entry}"
+        super().__init__(f"corrupt transaction index {path}{where}: {reason}")
+        self.path = path
+        self.reason = reason
+        self.entry = entry

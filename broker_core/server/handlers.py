@@ -21,7 +21,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError
-from broker_core.log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
+from broker_core.log.producer_state import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
 from broker_core.metadata.topics import PartitionLimits
@@ -31,6 +35,7 @@ from broker_core.protocol.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     NO_THROTTLE,
+    READ_COMMITTED,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     SUPPORTED_VERSIONS,
@@ -40,6 +45,7 @@ from broker_core.quotas.admin import QuotaFilter, describe, parse_alteration
 from broker_core.quotas.entities import REQUEST_PERCENTAGE, QuotaEntityError, client_identity
 from broker_core.quotas.loop_time import LoopTimed
 from broker_core.quotas.store import QuotaStoreError
+from broker_core.records.control import ControlRecordType
 from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
@@ -52,6 +58,7 @@ from broker_core.settings import (
 )
 
 from .config import TopicConfigError, validate_topic_configs
+from .partition import ControlBatchFromClientError
 from .remote_reads import RemoteReads, RemoteStorageError
 
 if TYPE_CHECKING:
@@ -99,6 +106,7 @@ class RequestHandlers:
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
             ApiKey.DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
             ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
+            ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
         }
 
     def register(self, api_key: int, handler: Handler) -> None:
@@ -364,13 +372,17 @@ class RequestHandlers:
                 if response["error_code"] != ErrorCode.none:
                     had_error = True
                     continue
+                read_committed = replica_id < 0 and body.isolation_level == READ_COMMITTED
                 if replica_id >= 0:
                     partition.record_follower_fetch(replica_id, p.fetch_offset)
                     upper = None
+                elif read_committed:
+                    upper = partition.last_stable_offset
+                    response["aborted_transactions"] = []
                 else:
                     upper = partition.high_watermark
                 response["high_watermark"] = partition.high_watermark
-                response["last_stable_offset"] = partition.high_watermark
+                response["last_stable_offset"] = partition.last_stable_offset
                 response["log_start_offset"] = partition.log_start_offset
                 watched.append(partition)
                 limit = min(p.partition_max_bytes, remaining)
@@ -410,6 +422,11 @@ class RequestHandlers:
                     response["records"] = FileRecords(file_slice)
                     total += file_slice.length
                     remaining -= file_slice.length
+                    if read_committed:
+                        response["aborted_transactions"] = [
+                            {"producer_id": aborted.producer_id, "first_offset": aborted.first_offset}
+                            for aborted in partition.log.aborted_transactions(
+                                p.fetch_offset, min(upper, file_slice.last_offset + 1))]
             topics.append({"topic": name, "partitions": responses})
         return topics, total, watched, had_error
 
@@ -436,7 +453,12 @@ class RequestHandlers:
                 if 0 <= getattr(p, "current_leader_epoch", -1) < partition.leader_epoch:  # field since ListOffsets v4
                     result["error_code"] = ErrorCode.fenced_leader_epoch
                     continue
-                upper = partition.log_end_offset if body.replica_id >= 0 else partition.high_watermark
+                if body.replica_id >= 0:
+                    upper = partition.log_end_offset
+                elif getattr(body, "isolation_level", 0) == READ_COMMITTED:  # field since ListOffsets v2
+                    upper = partition.last_stable_offset
+                else:
+                    upper = partition.high_watermark
                 if p.timestamp == LATEST_TIMESTAMP:
                     result["offset"] = upper
                     result["leader_epoch"] = partition.leader_epoch
@@ -465,6 +487,57 @@ class RequestHandlers:
                         result["offset"], result["timestamp"], result["leader_epoch"] = answer
             topics.append({"name": topic_request.name, "partitions": partitions})
         return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
+
+    # WriteTxnMarkers ---------------------------------------------------------------------------
+
+    async def write_txn_markers(self, request: Request) -> Any:
+        """A transaction coordinator ends a transaction on the partitions this broker leads.
+
+        Each partition gets a COMMIT or ABORT control batch, appended as leader and answered once
+        the ISR has it (Kafka appends markers with acks=all), waiting at most
+        `_MARKER_REPLICATION_TIMEOUT_S` (then REQUEST_TIMED_OUT).
+        Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS,
+        INVALID_PRODUCER_EPOCH (an older producer epoch than the partition has seen),
+        TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch). A marker for a producer the
+        partition does not know is written, as Kafka writes it.
+        """
+        body = request.body
+        await self._catch_up_for(topic.name for marker in body.markers for topic in marker.topics)
+        image = self.context.image
+        markers = []
+        pending: list[tuple[dict[str, Any], Any, int]] = []
+        for marker in body.markers:
+            control_type = ControlRecordType.COMMIT if marker.transaction_result else ControlRecordType.ABORT
+            topics = []
+            for topic in marker.topics:
+                partitions = []
+                for index in topic.partition_indexes:
+                    result = {"partition_index": index, "error_code": ErrorCode.none}
+                    partitions.append(result)
+                    partition = self.context.replicas.get(topic.name, index)
+                    if topic.name not in image.topics or (topic.name, index) not in image.partitions:
+                        result["error_code"] = ErrorCode.unknown_topic_or_partition
+                    elif partition is None or not partition.is_leader:
+                        result["error_code"] = ErrorCode.not_leader_or_follower
+                    elif len(partition.isr) < partition.min_insync_replicas:
+                        result["error_code"] = ErrorCode.not_enough_replicas
+                    else:
+                        try:
+                            info = partition.append_marker(
+                                control_type, producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                                coordinator_epoch=marker.coordinator_epoch)
+                        except _REFUSED_APPENDS as exc:
+                            result["error_code"] = next(
+                                code for cls, code in _APPEND_ERROR_CODES if isinstance(exc, cls))
+                            log.info("WriteTxnMarkers for producer %d on %s-%d from %s refused: %s",
+                                     marker.producer_id, topic.name, index, request.client_host, exc)
+                            continue
+                        pending.append((result, partition, info.last_offset + 1))
+                topics.append({"name": topic.name, "partitions": partitions})
+            markers.append({"producer_id": marker.producer_id, "topics": topics})
+        if pending:
+            await self._await_replication(pending, _MARKER_REPLICATION_TIMEOUT_S)
+        return respond(request, {"markers": markers})
 
     # InitProducerId ----------------------------------------------------------------------------
 
@@ -739,6 +812,9 @@ def with_throttle(response: Any, throttle_s: float) -> Any:
 
 # KIP-599: from these versions on, CreateTopics and DeleteTopics refuse topics beyond the controller
 # mutation quota with THROTTLING_QUOTA_EXCEEDED; older clients are only throttled.
+# How long WriteTxnMarkers waits for the ISR to hold its markers: Kafka's request.timeout.ms default,
+# which bounds the coordinator's own wait for the answer.
+_MARKER_REPLICATION_TIMEOUT_S = 30.0
 _STRICT_MUTATION_QUOTA = {ApiKey.CREATE_TOPICS: 6, ApiKey.DELETE_TOPICS: 5}
 _THROTTLED = "The throttling quota has been exceeded."
 
@@ -751,6 +827,8 @@ def _epoch_at(partition: Any, offset: int) -> int:
 # Why an append was refused, most specific first: every record-format error not named before the
 # last entry (bad CRC, truncated batch, unknown codec, miscounted records) is a corrupt message.
 _APPEND_ERROR_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
+    (ControlBatchFromClientError, ErrorCode.invalid_record),
+    (TransactionCoordinatorFencedError, ErrorCode.transaction_coordinator_fenced),
     (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (RecordTooLargeError, ErrorCode.message_too_large),
