@@ -9,12 +9,14 @@ involved, the group's on broker 2, so the offsets' marker crosses brokers.
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from broker_core.cli import main
 from broker_core.client import BlockingConnection
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
@@ -254,3 +256,23 @@ def test_describe_and_list_transactions(broker1: BlockingConnection, broker2: Bl
     assert (txn, producer[0], "Ongoing") in {(t.transactional_id, t.producer_id, t.transaction_state)
                                              for t in listed.transaction_states}
     assert describe(broker1, "never-seen").error_code == TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_floe_transactions_cli_lists_and_describes(stack: LocalStack, broker1: BlockingConnection,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    txn, producer = new_transaction(broker1)
+    assert add_partitions(broker1, txn, producer, {TOPIC: [0, 1]}) == {(TOPIC, 0): NONE, (TOPIC, 1): NONE}
+    where = ["--bootstrap-servers", stack.bootstrap_servers]
+    capsys.readouterr()
+    assert main(["transactions", "describe", txn, *where, "--format", "json"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described == {"transactional_id": txn, "coordinator": 1, "state": "Ongoing", "producer_id": producer[0],
+                         "producer_epoch": producer[1], "timeout_ms": 30000, "start_time": described["start_time"],
+                         "partitions": [f"{TOPIC}-0", f"{TOPIC}-1"]}
+    assert described["start_time"] is not None
+    assert main(["transactions", "list", *where, "--state", "Ongoing", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {"transactional_id": txn, "producer_id": producer[0], "state": "Ongoing", "coordinator": 1} in listed
+    assert all(t["state"] == "Ongoing" for t in listed)
+    assert main(["transactions", "describe", "no-such-id", *where]) == 1
+    assert "cannot describe 'no-such-id'" in capsys.readouterr().err
