@@ -20,6 +20,7 @@ from .config import BrokerConfig
 from .handlers import RequestHandlers
 from .listener import KafkaListener, ListenerLimits
 from .producer_ids import ProducerIdAllocator
+from .txn_verification import TransactionVerifier
 
 
 def build_broker(config: BrokerConfig) -> Broker:
@@ -32,7 +33,10 @@ def build_broker(config: BrokerConfig) -> Broker:
         WindowConfig(config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds")),
         WindowConfig(config.get_int("controller.quota.window.num"), config.get_int("controller.quota.window.size.seconds")),
     )
-    handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), quotas, remote_reads=tiering.reader)
+    # KIP-890 part 1: leaders ask the transaction coordinator before a transaction starts on a partition.
+    verifier = TransactionVerifier(broker) if config.get_bool("transaction.partition.verification.enable") else None
+    handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), quotas, remote_reads=tiering.reader,
+                               verifier=verifier)
     for api_key, handler in groups.api_handlers().items():
         handlers.register(api_key, handler)
     limits = ListenerLimits.from_settings(config.get_int, config.get)
@@ -41,7 +45,7 @@ def build_broker(config: BrokerConfig) -> Broker:
         listener=listener,
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
-        services=(quotas, groups, tiering),
+        services=(quotas, groups, tiering, *([verifier] if verifier is not None else [])),
         followers=(quotas,),
     ))
     return broker

@@ -224,3 +224,35 @@ def test_lso_and_aborted_transactions_survive_a_kill_and_restart(stack: LocalSta
     assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [(ABORTING, 3)]
     assert committed_values_kafka_python(stack.bootstrap_servers, "txn-restart", 5) == [
         b"plain-0", b"c1", b"c2", b"c3", b"plain-8"]
+
+
+async def produce_with_transactional_id(client: FloeClient, topic: str, records: bytes) -> ErrorCode:
+    connection = await client._any_connection()
+    response = await connection.send(ApiKey.PRODUCE, {
+        "transactional_id": "txn-app", "acks": -1, "timeout": datetime.timedelta(seconds=10),
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+    return response.responses[0].partition_responses[0].error_code
+
+
+def test_kip_890_a_write_that_would_open_a_transaction_unverified_is_refused_and_not_appended(
+        stack: LocalStack) -> None:
+    """No coordinator vouches for transactional id "txn-app" (never initialised), so its first write to
+    the partition is refused: NOT_ENOUGH_REPLICAS (Kafka's retriable answer) while no transaction
+    coordinator runs, the coordinator's INVALID_PRODUCER_ID_MAPPING or INVALID_TXN_STATE once one does.
+    Once the producer's transaction is open on the partition, its next batches need no verification."""
+    async def run() -> tuple:
+        async with FloeClient(stack.bootstrap_servers) as client:
+            await client.create_topic("txn-verify", 1, 1)
+            refused = await produce_with_transactional_id(client, "txn-verify", txn_batch(5001, ["late"], 0))
+            end_after_refusal = await latest_offset(client, "txn-verify", 0)
+            # A transaction already open on the partition (its first batch written without an id) ...
+            await client.produce_many("txn-verify", {0: txn_batch(5002, ["first"], 0)})
+            # ... takes further batches without asking the coordinator.
+            accepted = await produce_with_transactional_id(client, "txn-verify", txn_batch(5002, ["second"], 1))
+            return refused, end_after_refusal, accepted, await latest_offset(client, "txn-verify", 0)
+
+    refused, end_after_refusal, accepted, end = asyncio.run(run())
+    assert refused in (ErrorCode.not_enough_replicas, ErrorCode.invalid_producer_id_mapping,
+                       ErrorCode.invalid_txn_state)
+    assert end_after_refusal == 0
+    assert (accepted, end) == (ErrorCode.none, 2)
