@@ -26,6 +26,7 @@ from broker_core.log.producer_state import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from broker_core.log.transaction_index import AbortedTxn
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
 from broker_core.metadata.topics import PartitionLimits
@@ -50,7 +51,7 @@ from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
 )
-from broker_core.records.header import parse_header
+from broker_core.records.header import iter_headers, parse_header
 from broker_core.settings import (
     SOURCE_DEFAULT,
     SOURCE_TOPIC,
@@ -433,6 +434,10 @@ class RequestHandlers:
                             if limit > 0 or total == 0:
                                 data = await remote.read(partition, p.fetch_offset, max(limit, 0),
                                                          min_one_batch=total == 0)
+                                if read_committed:
+                                    data, end = _below(data, upper)
+                                    response["aborted_transactions"] = _aborted_entries(
+                                        await remote.aborted_transactions(partition, p.fetch_offset, end))
                                 response["records"] = data
                                 total += len(data)
                                 remaining -= len(data)
@@ -460,10 +465,8 @@ class RequestHandlers:
                     total += file_slice.length
                     remaining -= file_slice.length
                     if read_committed:
-                        response["aborted_transactions"] = [
-                            {"producer_id": aborted.producer_id, "first_offset": aborted.first_offset}
-                            for aborted in partition.log.aborted_transactions(
-                                p.fetch_offset, min(upper, file_slice.last_offset + 1))]
+                        response["aborted_transactions"] = _aborted_entries(partition.log.aborted_transactions(
+                            p.fetch_offset, min(upper, file_slice.last_offset + 1)))
             topics.append({"topic": name, "partitions": responses})
         return topics, total, watched, had_error
 
@@ -823,6 +826,22 @@ class RequestHandlers:
                 log.warning("client quotas changed but the metadata version was not bumped: %s", exc)
             await self.context.refresh_metadata()
         return respond(request, {"throttle_time": NO_THROTTLE, "entries": entries})
+
+
+def _aborted_entries(aborted: Iterable[AbortedTxn]) -> list[dict[str, int]]:
+    """Fetch's aborted_transactions field: (producer id, first offset) of each aborted transaction."""
+    return [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted]
+
+
+def _below(data: bytes, upper: int) -> tuple[bytes, int]:
+    """The whole batches of ``data`` that end below ``upper`` (a read_committed reader's LSO), and the
+    offset after the last of them (``upper`` when no batch is cut: the bound of the aborted list)."""
+    end = 0
+    for position, header in iter_headers(data):
+        if header.last_offset >= upper:
+            return data[:position], min(upper, header.base_offset)
+        end = position + header.size
+    return data[:end], upper
 
 
 def _from_replica(request: Request) -> bool:
