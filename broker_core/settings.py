@@ -156,6 +156,10 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("remote.log.reader.chunk.bytes", _INT, 4 * 1024 * 1024, "Bytes of one ranged GET of a remote segment.",
             public=False),
     _broker("remote.log.reader.readahead.chunks", _INT, 1, "Chunks a remote read fetches ahead.", public=False),
+    # Transactions, partition side (docs/transactions.md).
+    _broker("transaction.partition.verification.enable", _BOOLEAN, "true",
+            "KIP-890: a leader asks the transaction coordinator before a transactional write opens a transaction "
+            "on a partition, and refuses it (INVALID_TXN_STATE) unless the partition was added to the transaction."),
     # Listener limits (docs/operations.md, "Listener limits"). Kafka's defaults, except
     # queued.max.request.bytes, which Kafka leaves unlimited (-1).
     _broker("queued.max.request.bytes", _INT, 256 * 1024 * 1024,

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker_core.log.errors import OffsetOutOfRangeError
+from broker_core.log.transaction_index import AbortedTxn, collect_aborted
 from broker_core.protocol.messages import EARLIEST_TIMESTAMP
 from broker_core.records.batch import decode_batch
 from broker_core.records.errors import RecordsError
@@ -384,6 +385,33 @@ class RemoteLogReader:
             following.next_offset, following.next_position = window.next_offset, 0
             following.chunks.append(self._chunk(following.segment, 0, chunk_bytes))
         self._drop_window(partition, segment)
+
+    # -- read_committed ----------------------------------------------------------------------
+
+    async def aborted_transactions(
+        self, partition: TieredPartition, fetch_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset) for a read_committed
+        read of the remote tier: from the transaction index section of each remote segment's indexes
+        object, from the segment holding ``fetch_offset`` on, then from the local .txnindex files, with
+        Kafka's stopping rule (`collect_aborted`). Raises RemoteStorageError when S3 fails."""
+        segments = await self.remote_segments(partition)
+        local_start = partition.log.log_start_offset
+        found: dict[tuple[int, int], AbortedTxn] = {}
+        for segment in segments:
+            if segment.end_offset < fetch_offset or segment.base_offset >= local_start:
+                continue
+            try:
+                entries = (await self._indexes_for(segment)).aborted_transactions
+            except ObjectStoreError as err:
+                raise RemoteStorageError(str(err)) from err
+            found.update(((e.producer_id, e.first_offset), e)
+                         for e in collect_aborted([entries], fetch_offset, upper_bound_offset))
+            if any(e.last_stable_offset >= upper_bound_offset for e in entries):
+                return sorted(found.values(), key=lambda e: e.last_offset)
+        for entry in partition.log.aborted_transactions(max(fetch_offset, local_start), upper_bound_offset):
+            found.setdefault((entry.producer_id, entry.first_offset), entry)
+        return sorted(found.values(), key=lambda e: e.last_offset)
 
     # -- list offsets ------------------------------------------------------------------------
 

@@ -360,7 +360,10 @@ class PartitionUploader:
             epochs = segment_epochs(
                 partition.log.leader_epochs.entries, candidate.base_offset, candidate.end_offset
             )
-            indexes = encode_indexes(candidate.base_offset, offset_index, time_index, epochs)
+            aborted = partition.log.aborted_transactions_ending_in(
+                segment, candidate.base_offset, candidate.end_offset)
+            indexes = encode_indexes(candidate.base_offset, offset_index, time_index, epochs,
+                                     aborted_transactions=aborted)
             row = await self._manifest(
                 self.manifest.start_copy,
                 topic=partition.topic,

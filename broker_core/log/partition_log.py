@@ -516,13 +516,17 @@ class PartitionLog:
         """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound_offset) must be told of."""
         segments = self._segments
         number = max(0, bisect.bisect_right(segments, fetch_offset, key=lambda s: s.base_offset) - 1)
-        indexes = [self._txn_indexes[s.base_offset] for s in segments[number:] if s.base_offset in self._txn_indexes]
+        indexes = [self._txn_indexes[s.base_offset].entries for s in segments[number:]
+                   if s.base_offset in self._txn_indexes]
         return collect_aborted(indexes, fetch_offset, upper_bound_offset)
 
-    def transaction_index_of(self, segment: Segment) -> TransactionIndex | None:
-        """The .txnindex of ``segment`` when it holds an aborted transaction (tiering uploads it)."""
+    def aborted_transactions_ending_in(self, segment: Segment, first_offset: int, last_offset: int) -> list[AbortedTxn]:
+        """The entries of ``segment``'s .txnindex whose marker lies in [first_offset, last_offset]
+        (what tiering uploads with that range of the segment)."""
         index = self._txn_indexes.get(segment.base_offset)
-        return index if index is not None and index.entries else None
+        if index is None:
+            return []
+        return [e for e in index.entries if first_offset <= e.last_offset <= last_offset]
 
     # ---------------------------------------------------------------- truncation and deletion
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from .errors import CorruptTransactionIndexError
 
@@ -55,7 +55,7 @@ class AbortedTxn:
         )
 
 
-def decode_entries(data: bytes | bytearray | memoryview, path: Path) -> tuple[AbortedTxn, ...]:
+def decode_entries(data: bytes | bytearray | memoryview, path: PurePath) -> tuple[AbortedTxn, ...]:
     """Parse a whole .txnindex file's bytes; raise CorruptTransactionIndexError on a partial or disordered file."""
     if len(data) % ABORTED_TXN.size:
         raise CorruptTransactionIndexError(path, f"size {len(data)} is not a multiple of {ABORTED_TXN.size}")
@@ -133,19 +133,20 @@ class TransactionIndex:
 
 
 def collect_aborted(
-    indexes: Iterable[TransactionIndex], fetch_offset: int, upper_bound_offset: int
+    indexes: Iterable[Sequence[AbortedTxn]], fetch_offset: int, upper_bound_offset: int
 ) -> list[AbortedTxn]:
     """The aborted transactions that overlap [fetch_offset, upper_bound_offset), as Kafka's collectAbortedTxns.
 
-    ``indexes`` are the indexes of the segment holding ``fetch_offset`` and every later one, in order.
+    ``indexes`` are the entries of the index of the segment holding ``fetch_offset`` and of every later
+    one, in order (lazily: the walk may stop early).
     A transaction overlaps when its marker is at or above the fetch offset and it began below the
     upper bound. The walk stops after the first index holding an entry whose last stable offset
     reaches the upper bound: every transaction begun below the bound had ended by then.
     """
     found = []
-    for index in indexes:
+    for entries in indexes:
         done = False
-        for entry in index.entries:
+        for entry in entries:
             if entry.last_offset >= fetch_offset and entry.first_offset < upper_bound_offset:
                 found.append(entry)
             if entry.last_stable_offset >= upper_bound_offset:

@@ -23,6 +23,7 @@ from .config import BrokerConfig
 from .handlers import RequestHandlers
 from .listener import KafkaListener, ListenerLimits
 from .producer_ids import ProducerIdAllocator
+from .txn_verification import TransactionVerifier
 
 
 def build_broker(config: BrokerConfig) -> Broker:
@@ -37,7 +38,9 @@ def build_broker(config: BrokerConfig) -> Broker:
     )
     producer_ids = ProducerIdAllocator(broker.store)
     transactions = TransactionCoordinator(broker, producer_ids, groups.offsets)
-    handlers = RequestHandlers(broker, producer_ids, quotas, remote_reads=tiering.reader)
+    # KIP-890 part 1: leaders ask the transaction coordinator before a transaction starts on a partition.
+    verifier = TransactionVerifier(broker) if config.get_bool("transaction.partition.verification.enable") else None
+    handlers = RequestHandlers(broker, producer_ids, quotas, remote_reads=tiering.reader, verifier=verifier)
     for api_key, handler in (groups.api_handlers() | transactions.api_handlers()).items():
         handlers.register(api_key, handler)
     handlers.set_transactions(transactions.init_producer_id)
@@ -50,7 +53,7 @@ def build_broker(config: BrokerConfig) -> Broker:
         listener=listener,
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
-        services=(quotas, groups, transactions, tiering),
+        services=(quotas, groups, transactions, tiering, *([verifier] if verifier is not None else [])),
         followers=(quotas,),
     ))
     return broker

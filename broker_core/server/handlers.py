@@ -26,6 +26,7 @@ from broker_core.log.producer_state import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from broker_core.log.transaction_index import AbortedTxn
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
 from broker_core.metadata.topics import PartitionLimits
@@ -50,6 +51,7 @@ from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
 )
+from broker_core.records.header import iter_headers, parse_header
 from broker_core.settings import (
     SOURCE_DEFAULT,
     SOURCE_TOPIC,
@@ -58,7 +60,7 @@ from broker_core.settings import (
 )
 
 from .config import TopicConfigError, validate_topic_configs
-from .partition import ControlBatchFromClientError
+from .partition import ControlBatchFromClientError, InvalidTxnStateError, VerificationGuard
 from .remote_reads import RemoteReads, RemoteStorageError
 
 if TYPE_CHECKING:
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
 
     from .context import BrokerContext
     from .producer_ids import ProducerIdAllocator
+    from .txn_verification import TransactionVerifier
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +90,9 @@ class RequestHandlers:
     """
 
     def __init__(self, context: BrokerContext, producer_ids: ProducerIdAllocator, quotas: QuotaService,
-                 remote_reads: RemoteReads | None = None) -> None:
+                 remote_reads: RemoteReads | None = None, verifier: TransactionVerifier | None = None) -> None:
         self.context = context
+        self.verifier = verifier
         self.producer_ids = producer_ids
         self.quotas = quotas
         self.remote_reads = remote_reads
@@ -213,6 +217,7 @@ class RequestHandlers:
         results: list[tuple[str, list[dict[str, Any]]]] = []
         pending: list[tuple[dict[str, Any], Any, int]] = []
         await self._catch_up_for(topic_data.name for topic_data in body.topic_data)
+        verdicts = await self._verify_transactions(request) if acks in (-1, 0, 1) else {}
         started = time.perf_counter()
         for topic_data in body.topic_data:
             partition_results = []
@@ -220,10 +225,14 @@ class RequestHandlers:
                 result = {"index": data.index, "error_code": ErrorCode.none, "base_offset": -1,
                           "log_append_time": None, "log_start_offset": -1, "record_errors": [],
                           "error_message": None}
+                verdict = verdicts.get((topic_data.name, data.index))
                 if acks not in (-1, 0, 1):
                     result["error_code"] = ErrorCode.invalid_required_acks
+                elif isinstance(verdict, ErrorCode):
+                    result["error_code"] = verdict
+                    result["error_message"] = "the transaction coordinator did not verify this partition"
                 else:
-                    self._append(topic_data.name, data.index, data.records, acks, result, pending)
+                    self._append(topic_data.name, data.index, data.records, acks, result, pending, verdict)
                 partition_results.append(result)
             results.append((topic_data.name, partition_results))
         throttle_s = self._produce_throttle(request, time.perf_counter() - started)
@@ -256,8 +265,42 @@ class RequestHandlers:
             throttle_s = max(throttle_s, quotas.record_request_time(identity, appending_s))
         return throttle_s
 
+    async def _verify_transactions(self, request: Request) -> dict[tuple[str, int], ErrorCode | VerificationGuard]:
+        """KIP-890 part 1: for each partition where this request's transactional batch would open the
+        producer's transaction, the coordinator's refusal (an error code) or a guard to append with."""
+        body = request.body
+        transactional_id = getattr(body, "transactional_id", None)
+        if transactional_id is None or self.verifier is None:
+            return {}
+        guards: dict[tuple[str, int], VerificationGuard] = {}
+        producer = (-1, -1)
+        for topic_data in body.topic_data:
+            for data in topic_data.partition_data:
+                partition = self.context.replicas.get(topic_data.name, data.index)
+                if partition is None or not partition.is_leader or not data.records:
+                    continue
+                try:
+                    header = parse_header(data.records, 0)
+                except RecordsError:
+                    continue  # the append refuses it and names the problem
+                if not header.is_transactional or partition.producers.has_open_transaction(header.producer_id):
+                    continue
+                guards[(topic_data.name, data.index)] = partition.start_verification(header.producer_id)
+                producer = (header.producer_id, header.producer_epoch)
+        if not guards:
+            return {}
+        answers = await self.verifier.verify(transactional_id, *producer, guards)
+        verdicts: dict[tuple[str, int], ErrorCode | VerificationGuard] = {}
+        for key, guard in guards.items():
+            code = answers.get(key, ErrorCode.invalid_txn_state)
+            verdicts[key] = guard if code == ErrorCode.none else code
+            if code != ErrorCode.none:
+                log.info("transactional produce of %r (producer %d) to %s-%d from %s refused: %s",
+                         transactional_id, producer[0], key[0], key[1], request.client_host, code.name)
+        return verdicts
+
     def _append(self, topic: str, index: int, records: bytes | None, acks: int,
-                result: dict[str, Any], pending: list) -> None:
+                result: dict[str, Any], pending: list, guard: VerificationGuard | None = None) -> None:
         image = self.context.image
         described = image.topics.get(topic)
         if described is None or (topic, index) not in image.partitions:
@@ -275,7 +318,7 @@ class RequestHandlers:
             result["error_code"] = ErrorCode.not_enough_replicas
             return
         try:
-            info = partition.append_as_leader(records)
+            info = partition.append_as_leader(records, guard)
         except _REFUSED_APPENDS as exc:
             result["error_code"] = next(code for cls, code in _APPEND_ERROR_CODES if isinstance(exc, cls))
             result["error_message"] = str(exc)
@@ -396,6 +439,10 @@ class RequestHandlers:
                             if limit > 0 or total == 0:
                                 data = await remote.read(partition, p.fetch_offset, max(limit, 0),
                                                          min_one_batch=total == 0)
+                                if read_committed:
+                                    data, end = _below(data, upper)
+                                    response["aborted_transactions"] = _aborted_entries(
+                                        await remote.aborted_transactions(partition, p.fetch_offset, end))
                                 response["records"] = data
                                 total += len(data)
                                 remaining -= len(data)
@@ -423,10 +470,8 @@ class RequestHandlers:
                     total += file_slice.length
                     remaining -= file_slice.length
                     if read_committed:
-                        response["aborted_transactions"] = [
-                            {"producer_id": aborted.producer_id, "first_offset": aborted.first_offset}
-                            for aborted in partition.log.aborted_transactions(
-                                p.fetch_offset, min(upper, file_slice.last_offset + 1))]
+                        response["aborted_transactions"] = _aborted_entries(partition.log.aborted_transactions(
+                            p.fetch_offset, min(upper, file_slice.last_offset + 1)))
             topics.append({"topic": name, "partitions": responses})
         return topics, total, watched, had_error
 
@@ -790,6 +835,22 @@ class RequestHandlers:
         return respond(request, {"throttle_time": NO_THROTTLE, "entries": entries})
 
 
+def _aborted_entries(aborted: Iterable[AbortedTxn]) -> list[dict[str, int]]:
+    """Fetch's aborted_transactions field: (producer id, first offset) of each aborted transaction."""
+    return [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted]
+
+
+def _below(data: bytes, upper: int) -> tuple[bytes, int]:
+    """The whole batches of ``data`` that end below ``upper`` (a read_committed reader's LSO), and the
+    offset after the last of them (``upper`` when no batch is cut: the bound of the aborted list)."""
+    end = 0
+    for position, header in iter_headers(data):
+        if header.last_offset >= upper:
+            return data[:position], min(upper, header.base_offset)
+        end = position + header.size
+    return data[:end], upper
+
+
 def _from_replica(request: Request) -> bool:
     """A follower's fetch: broker traffic, exempt from client quotas (Kafka exempts ClusterAction)."""
     return request.api_key == ApiKey.FETCH and getattr(request.body, "replica_id", -1) >= 0
@@ -828,6 +889,7 @@ def _epoch_at(partition: Any, offset: int) -> int:
 # last entry (bad CRC, truncated batch, unknown codec, miscounted records) is a corrupt message.
 _APPEND_ERROR_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
     (ControlBatchFromClientError, ErrorCode.invalid_record),
+    (InvalidTxnStateError, ErrorCode.invalid_txn_state),
     (TransactionCoordinatorFencedError, ErrorCode.transaction_coordinator_fenced),
     (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),

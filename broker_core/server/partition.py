@@ -32,6 +32,15 @@ PARTITION_METADATA_FILE = "partition.metadata"
 HIGH_WATERMARK_FILE = "high-watermark"
 
 
+class VerificationGuard:
+    """One verification in progress for a producer on a partition; a marker for the producer revokes it."""
+
+    __slots__ = ("valid",)
+
+    def __init__(self) -> None:
+        self.valid = True
+
+
 @dataclass
 class ReplicaState:
     log_end_offset: int = 0
@@ -66,6 +75,8 @@ class Partition:
     min_insync_replicas: int = 1
     followers: dict[int, ReplicaState] = field(default_factory=dict)
     producers: ProducerState | None = None
+    # KIP-890: producer id -> the verification under way for its first transactional write here.
+    _verification_guards: dict[int, VerificationGuard] = field(default_factory=dict)
     _checkpointed_high_watermark: int = -1
     _waiters: list[asyncio.Future] = field(default_factory=list)
     # (target offset, tie-breaker, future) for acks=all produces, smallest target first.
@@ -172,9 +183,16 @@ class Partition:
             return self.high_watermark
         return max(min(first_unstable, self.high_watermark), self.log.log_start_offset)
 
-    def append_as_leader(self, records: bytes) -> AppendInfo:
+    def start_verification(self, producer_id: int) -> VerificationGuard:
+        """KIP-890: a guard for the coordinator check of ``producer_id``'s first transactional write here;
+        a marker for the producer written meanwhile revokes it."""
+        guard = self._verification_guards[producer_id] = VerificationGuard()
+        return guard
+
+    def append_as_leader(self, records: bytes, guard: VerificationGuard | None = None) -> AppendInfo:
         """Append a produce request's batches, answering an idempotent producer's retry with the
-        offsets its batch got the first time instead of writing it again."""
+        offsets its batch got the first time instead of writing it again. With a verification
+        ``guard`` (KIP-890), InvalidTxnStateError if a marker ended the transaction meanwhile."""
         # Validated first, as Kafka's LogValidator runs before its producer-state checks; the first
         # bad batch is the one named. The headers parsed here serve the duplicate check and the append.
         validated = self.log.validate(records)
@@ -182,6 +200,8 @@ class Partition:
         for header in headers:
             if header.is_control:
                 raise ControlBatchFromClientError(f"{self.topic}-{self.index}: clients may not write control batches")
+        if guard is not None and not guard.valid:
+            raise InvalidTxnStateError(f"{self.topic}-{self.index}: the transaction ended while it was verified")
         duplicate = None
         for header in headers:
             found = self.producers.find_duplicate(header)
@@ -208,6 +228,9 @@ class Partition:
         producer's transaction here (an ABORT goes into the .txnindex). Raises InvalidProducerEpochError
         or TransactionCoordinatorFencedError, writing nothing, for a stale producer or coordinator."""
         self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        guard = self._verification_guards.pop(producer_id, None)
+        if guard is not None:
+            guard.valid = False
         batch = build_control_batch(
             marker, producer_id=producer_id, producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch
         )
@@ -314,6 +337,10 @@ class Partition:
 
 class ControlBatchFromClientError(Exception):
     """A produce request carries a control batch: only the broker writes those (Kafka's INVALID_RECORD)."""
+
+
+class InvalidTxnStateError(Exception):
+    """A transactional write the coordinator did not (or no longer) vouch for (Kafka's INVALID_TXN_STATE)."""
 
 
 def _read_topic_id(path: Path) -> str | None:

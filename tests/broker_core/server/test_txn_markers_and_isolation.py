@@ -21,10 +21,10 @@ from kio.schema.errors import ErrorCode
 from broker_core.client import FloeClient, KafkaError
 from broker_core.local_stack import LocalStack
 from broker_core.protocol.api_keys import ApiKey
-from broker_core.protocol.messages import build_entity, request_class
-from broker_core.records import SimpleRecord, build_batch
+from broker_core.records import SimpleRecord
 from broker_core.records.control import ControlRecordType, build_control_batch
 from tests.support.stack import running_stack
+from tests.support.transactions import latest_offset, raw_fetch, txn_batch, write_markers
 
 COMMITTING, ABORTING, OPEN = 4001, 4002, 4003
 
@@ -33,45 +33,6 @@ COMMITTING, ABORTING, OPEN = 4001, 4002, 4003
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     with running_stack(Path(tmp_path_factory.mktemp("txn-markers"))) as running:
         yield running
-
-
-def txn_batch(producer_id: int, values: list[str], sequence: int, epoch: int = 0) -> bytes:
-    return build_batch([SimpleRecord(value=v.encode()) for v in values], producer_id=producer_id,
-                       producer_epoch=epoch, base_sequence=sequence, is_transactional=True)
-
-
-async def write_markers(client: FloeClient, topic: str, producer_id: int, commit: bool, *, epoch: int = 0,
-                        coordinator_epoch: int = 0, partitions: tuple[int, ...] = (0,)) -> dict[int, ErrorCode]:
-    connection = await client._any_connection()  # a one-broker stack: the leader of every partition
-    request = build_entity(request_class(ApiKey.WRITE_TXN_MARKERS, 1), {"markers": [{
-        "producer_id": producer_id, "producer_epoch": epoch, "transaction_result": commit,
-        "coordinator_epoch": coordinator_epoch,
-        "topics": [{"name": topic, "partition_indexes": list(partitions)}]}]})
-    response = await connection.send(ApiKey.WRITE_TXN_MARKERS, request)
-    [marker] = response.markers
-    assert marker.producer_id == producer_id
-    return {p.partition_index: p.error_code for t in marker.topics for p in t.partitions}
-
-
-async def raw_fetch(client: FloeClient, topic: str, offset: int, isolation_level: int):
-    connection = await client._connection(await client._leader(topic, 0))
-    response = await connection.send(ApiKey.FETCH, {
-        "replica_id": -1, "max_wait": datetime.timedelta(0), "min_bytes": 0, "max_bytes": 1 << 20,
-        "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
-        "topics": [{"topic": topic, "partitions": [{
-            "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset, "last_fetched_epoch": -1,
-            "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-        "forgotten_topics_data": [], "rack_id": ""})
-    return response.responses[0].partitions[0]
-
-
-async def latest_offset(client: FloeClient, topic: str, isolation_level: int) -> int:
-    connection = await client._connection(await client._leader(topic, 0))
-    response = await connection.send(ApiKey.LIST_OFFSETS, {
-        "replica_id": -1, "isolation_level": isolation_level,
-        "topics": [{"name": topic, "partitions": [
-            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
-    return response.topics[0].partitions[0].offset
 
 
 async def write_three_transactions(servers: str, topic: str) -> None:
@@ -224,3 +185,35 @@ def test_lso_and_aborted_transactions_survive_a_kill_and_restart(stack: LocalSta
     assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [(ABORTING, 3)]
     assert committed_values_kafka_python(stack.bootstrap_servers, "txn-restart", 5) == [
         b"plain-0", b"c1", b"c2", b"c3", b"plain-8"]
+
+
+async def produce_with_transactional_id(client: FloeClient, topic: str, records: bytes) -> ErrorCode:
+    connection = await client._any_connection()
+    response = await connection.send(ApiKey.PRODUCE, {
+        "transactional_id": "txn-app", "acks": -1, "timeout": datetime.timedelta(seconds=10),
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+    return response.responses[0].partition_responses[0].error_code
+
+
+def test_kip_890_a_write_that_would_open_a_transaction_unverified_is_refused_and_not_appended(
+        stack: LocalStack) -> None:
+    """No coordinator vouches for transactional id "txn-app" (never initialised), so its first write to
+    the partition is refused: NOT_ENOUGH_REPLICAS (Kafka's retriable answer) while no transaction
+    coordinator runs, the coordinator's INVALID_PRODUCER_ID_MAPPING or INVALID_TXN_STATE once one does.
+    Once the producer's transaction is open on the partition, its next batches need no verification."""
+    async def run() -> tuple:
+        async with FloeClient(stack.bootstrap_servers) as client:
+            await client.create_topic("txn-verify", 1, 1)
+            refused = await produce_with_transactional_id(client, "txn-verify", txn_batch(5001, ["late"], 0))
+            end_after_refusal = await latest_offset(client, "txn-verify", 0)
+            # A transaction already open on the partition (its first batch written without an id) ...
+            await client.produce_many("txn-verify", {0: txn_batch(5002, ["first"], 0)})
+            # ... takes further batches without asking the coordinator.
+            accepted = await produce_with_transactional_id(client, "txn-verify", txn_batch(5002, ["second"], 1))
+            return refused, end_after_refusal, accepted, await latest_offset(client, "txn-verify", 0)
+
+    refused, end_after_refusal, accepted, end = asyncio.run(run())
+    assert refused in (ErrorCode.not_enough_replicas, ErrorCode.invalid_producer_id_mapping,
+                       ErrorCode.invalid_txn_state)
+    assert end_after_refusal == 0
+    assert (accepted, end) == (ErrorCode.none, 2)
