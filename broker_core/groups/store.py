@@ -43,6 +43,7 @@ from broker_core.dynamodb_tables import (
 )
 
 from .errors import CoordinatorFencedError, GroupError, GroupStoreUnavailableError
+from .lease import NO_HOLDER
 from .models import (
     GroupItem,
     GroupModels,
@@ -57,7 +58,6 @@ from .models import (
     pending_offset_key,
 )
 
-NO_HOLDER = -1
 _TRANSACTION_ITEMS = 99  # one transaction item is the condition check on the group
 _unavailable_on_error = failures_as(GroupStoreUnavailableError, GroupError)
 

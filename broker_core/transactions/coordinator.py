@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from broker_core.clock import wall_clock_ms
-from broker_core.groups.lease import LeaseObserver
+from broker_core.groups.lease import KeyedLocks, LeaseObserver, claim_lease
 from broker_core.groups.offsets import MARKER_TOPIC, marker_partition
 from broker_core.metadata.errors import MetadataError
 from broker_core.protocol.api_keys import ApiKey
@@ -110,7 +110,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = context.config.get_int("transaction.max.timeout.ms")
         self.held: dict[str, HeldTransaction] = {}
         self._observer = LeaseObserver()
-        self._acquiring: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._acquiring = KeyedLocks()
         self._executor: ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
@@ -195,18 +195,8 @@ class TransactionCoordinator:
         entry = self.held.get(transactional_id)
         if entry is not None and self.now() <= entry.lease_valid_until:
             return ErrorCode.none, self.broker_id
-        # One acquisition at a time per id on this broker (as GroupOwnership.locate does).
-        lock, users = self._acquiring.get(transactional_id, (asyncio.Lock(), 0))
-        self._acquiring[transactional_id] = (lock, users + 1)
-        try:
-            async with lock:
-                return await self._locate_locked(transactional_id)
-        finally:
-            lock, users = self._acquiring[transactional_id]
-            if users == 1:
-                del self._acquiring[transactional_id]
-            else:
-                self._acquiring[transactional_id] = (lock, users - 1)
+        async with self._acquiring.hold(transactional_id):
+            return await self._locate_locked(transactional_id)
 
     async def _locate_locked(self, transactional_id: str) -> tuple[ErrorCode, int]:
         entry = self.held.get(transactional_id)
@@ -214,22 +204,21 @@ class TransactionCoordinator:
             return ErrorCode.none, self.broker_id
         if entry is not None:
             self._unload(entry)
-        for _ in range(3):
-            sent_at = self.now()
+
+        async def read() -> TransactionLease | None:
             stored = await self.io(self.store.read, transactional_id)
-            if stored is None:
-                lease = await self.io(self.store.create_lease, transactional_id, self.broker_id, self.lease_duration_ms)
-            elif stored.lease.holder in (NO_HOLDER, self.broker_id) or self._observer.lapsed(stored.lease, sent_at):
-                lease = await self.io(self.store.take_lease, stored.lease, self.broker_id, self.lease_duration_ms)
-            else:
-                holder = stored.lease.holder
-                live = {b.broker_id for b in self.context.image.live_brokers()}
-                return (ErrorCode.none, holder) if holder in live else (ErrorCode.coordinator_not_available, -1)
-            if lease is not None:
-                self._observer.forget(transactional_id)
-                await self._load(lease, sent_at)
-                return ErrorCode.none, self.broker_id
-        return ErrorCode.coordinator_not_available, -1
+            return stored.lease if stored is not None else None
+
+        claim = await claim_lease(
+            read=read,
+            create=lambda: self.io(self.store.create_lease, transactional_id, self.broker_id, self.lease_duration_ms),
+            take=lambda seen: self.io(self.store.take_lease, seen, self.broker_id, self.lease_duration_ms),
+            observer=self._observer, broker_id=self.broker_id,
+            live_brokers=lambda: {b.broker_id for b in self.context.image.live_brokers()}, now=self.now)
+        if claim.lease is not None:
+            await self._load(claim.lease, claim.acquired_at)
+            return ErrorCode.none, self.broker_id
+        return (ErrorCode.none, claim.holder) if claim.holder >= 0 else (ErrorCode.coordinator_not_available, -1)
 
     async def _load(self, lease: TransactionLease, acquired_at: float) -> None:
         entry = HeldTransaction(lease.transactional_id, lease.coordinator_epoch,

@@ -25,12 +25,12 @@ from pynamodb.models import Model
 
 from broker_core.aws import AwsSettings
 from broker_core.dynamodb_tables import bind_model, condition_failed, ensure_tables, failures_as
+from broker_core.groups.lease import NO_HOLDER
 
 from .errors import TransactionCoordinatorFencedError, TransactionError, TransactionStoreUnavailableError
 from .state import TopicPartition, TransactionState, TxnState
 
 TRANSACTIONS_TABLE = "transactions"
-NO_HOLDER = -1
 
 _unavailable_on_error = failures_as(TransactionStoreUnavailableError, TransactionError)
 
