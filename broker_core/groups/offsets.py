@@ -18,8 +18,10 @@ partition, `MARKER_TOPIC`): a commit makes them the group's committed offsets, a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import zlib
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -67,12 +69,27 @@ class GroupOffsets:
         group, error = self.ownership.owned(body.group_id)
         if group is not None:
             error = self._validate_commit(group, body)
-        now_ms = wall_clock_ms()
         retention_ms = millis(getattr(body, "retention_time", None), -1)
+
+        def write(topic: str, partition: int, committed: CommittedOffset, result: dict[str, Any]) -> Awaitable[None]:
+            if retention_ms > 0:
+                committed = dataclasses.replace(committed,
+                                                expire_timestamp_ms=committed.commit_timestamp_ms + retention_ms)
+            return self._commit_one(group, topic, partition, committed, result)
+
+        topics = await self._commit_offsets(body.topics, error, write)
+        return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
+
+    async def _commit_offsets(self, topics: Any, error: ErrorCode,
+                              write: Callable[[str, int, CommittedOffset, dict[str, Any]], Awaitable[None]]
+                              ) -> list[dict[str, Any]]:
+        """The per-partition results of an OffsetCommit or TxnOffsetCommit: ``error`` for every
+        partition when it is set, else each partition checked and, if valid, written by ``write``."""
+        now_ms = wall_clock_ms()
         image = self.context.image
         max_metadata = self.config.get_int("offset.metadata.max.bytes")
-        topics, writes = [], []
-        for topic in body.topics:
+        results, writes = [], []
+        for topic in topics:
             partitions = []
             for p in topic.partitions:
                 result = {"partition_index": p.partition_index, "error_code": error}
@@ -85,16 +102,14 @@ class GroupOffsets:
                 elif len(metadata.encode()) > max_metadata:
                     result["error_code"] = ErrorCode.offset_metadata_too_large
                 else:
-                    committed = CommittedOffset(
-                        offset=p.committed_offset, leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                        metadata=metadata, commit_timestamp_ms=now_ms,
-                        expire_timestamp_ms=now_ms + retention_ms if retention_ms > 0 else None,
-                    )
-                    writes.append(self._commit_one(group, topic.name, p.partition_index, committed, result))
-            topics.append({"name": topic.name, "partitions": partitions})
+                    committed = CommittedOffset(offset=p.committed_offset,
+                                                leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                                                metadata=metadata, commit_timestamp_ms=now_ms)
+                    writes.append(write(topic.name, p.partition_index, committed, result))
+            results.append({"name": topic.name, "partitions": partitions})
         if writes:
             await asyncio.gather(*writes)
-        return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
+        return results
 
     def _validate_commit(self, group: ConsumerGroup, body: Any) -> ErrorCode:
         generation = body.generation_id_or_member_epoch
@@ -132,31 +147,11 @@ class GroupOffsets:
         group, error = self.ownership.owned(body.group_id)
         if group is not None:
             error = self._validate_txn_commit(group, body)
-        now_ms = wall_clock_ms()
-        image = self.context.image
-        max_metadata = self.config.get_int("offset.metadata.max.bytes")
-        topics, writes = [], []
-        for topic in body.topics:
-            partitions = []
-            for p in topic.partitions:
-                result = {"partition_index": p.partition_index, "error_code": error}
-                partitions.append(result)
-                if error != ErrorCode.none:
-                    continue
-                metadata = p.committed_metadata or ""
-                if (topic.name, p.partition_index) not in image.partitions:
-                    result["error_code"] = ErrorCode.unknown_topic_or_partition
-                elif len(metadata.encode()) > max_metadata:
-                    result["error_code"] = ErrorCode.offset_metadata_too_large
-                else:
-                    committed = CommittedOffset(offset=p.committed_offset,
-                                                leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                                                metadata=metadata, commit_timestamp_ms=now_ms)
-                    writes.append(self._commit_pending(group, body.producer_id, topic.name, p.partition_index,
-                                                       committed, result))
-            topics.append({"name": topic.name, "partitions": partitions})
-        if writes:
-            await asyncio.gather(*writes)
+
+        def write(topic: str, partition: int, committed: CommittedOffset, result: dict[str, Any]) -> Awaitable[None]:
+            return self._commit_pending(group, body.producer_id, topic, partition, committed, result)
+
+        topics = await self._commit_offsets(body.topics, error, write)
         return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
 
     @staticmethod
