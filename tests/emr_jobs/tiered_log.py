@@ -98,6 +98,8 @@ def tier_segments(settings: AwsSettings, log: PartitionLog, topic: TopicDescript
             segment.offset_index.path.read_bytes(),
             segment.time_index.path.read_bytes(),
             [(0, segment.base_offset)],
+            aborted_transactions=log.aborted_transactions_ending_in(
+                segment, segment.base_offset, segment.next_offset - 1),
         )
         row = manifest.start_copy(
             topic=topic.name,
