@@ -12,8 +12,8 @@ response limit, plus ``next_offset`` for the next call.
 
 ``isolation`` is read_committed by default: the broker is asked for a read_committed Fetch (up to
 the LSO, aborted transactions named and left out), and S3 reads leave out aborted transactions using
-the transaction index sections of the segments' indexes objects; when those cannot settle a
-transactional batch (its marker may lie in data not yet tiered), the broker answers instead.
+the transaction section of the segment's indexes object (every aborted transaction overlapping the
+segment; only segments below the LSO are tiered, so every transaction in one has ended).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
 
 from broker_core.client import EARLIEST, LATEST, ClientError, FloeClient, KafkaError
-from broker_core.log.transaction_index import collect_aborted
 from broker_core.metadata.errors import MetadataUnavailableError, UnknownTopicError
 from broker_core.metadata.state import TopicDescription
 from broker_core.records import Record, decode_batch, parse_header
@@ -140,30 +139,14 @@ def _indexes(container: runtime.Container, segment: RemoteSegment) -> SegmentInd
     return indexes
 
 
-def _remote_aborted(container: runtime.Container, segments: list[RemoteSegment], segment: RemoteSegment,
-                    offset: int, upper: int) -> list[tuple[int, int]] | None:
-    """The aborted transactions overlapping [offset, upper) per the transaction index sections of the
-    remote segments from ``segment`` on; None when they cannot settle it (the marker that would may be
-    in a segment still only on the brokers' disks)."""
-    found: list[tuple[int, int]] = []
-    for later in segments[segments.index(segment):]:
-        entries = _indexes(container, later).aborted_transactions
-        found += [(e.producer_id, e.first_offset) for e in collect_aborted([entries], offset, upper)]
-        if any(e.last_stable_offset >= upper for e in entries):
-            return found
-    return None
-
-
 def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: int,
-                max_bytes: int, *, read_committed: bool = False,
-                segments: list[RemoteSegment] | None = None) -> tuple[list[Record], int] | None:
+                max_bytes: int, *, read_committed: bool = False) -> tuple[list[Record], int]:
     """Records from ``offset`` on out of one remote segment: (records, next offset).
 
     Whole batches only, up to ``max_bytes`` of them except that the first comes whole; the next
     offset is past the last batch read, or past the segment when its end was reached. With
     ``read_committed`` the records of aborted transactions are left out, known from the transaction
-    index sections of ``segments`` (the partition's remote segments); None when those cannot tell
-    (the broker then answers).
+    section of the segment's indexes object.
     """
     indexes = _indexes(container, segment)
     start = indexes.position_for_offset(offset)
@@ -208,11 +191,8 @@ def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: in
         position += header.size
     if start + position >= segment.size_bytes:
         next_offset = max(next_offset, segment.next_offset)
-    aborted: list[tuple[int, int]] | None = []
-    if read_committed and any(b.header.is_transactional and not b.header.is_control for b in taken):
-        aborted = _remote_aborted(container, segments or [segment], segment, offset, next_offset)
-        if aborted is None:
-            return None
+    aborted = [(e.producer_id, e.first_offset) for e in indexes.aborted_between(offset, next_offset)
+               ] if read_committed else []
     records = [record for batch in committed_batches(taken, aborted) for record in batch.records
                if record.offset >= offset]
     return records, next_offset
@@ -260,8 +240,7 @@ def _latest_offset(container: runtime.Container, topic: str, partition: int) -> 
 
 def _from_s3(container: runtime.Container, description: TopicDescription, partition: int, offset: int,
              max_bytes: int, *, refresh: bool = False, read_committed: bool = False) -> tuple[list[Record], int] | None:
-    """(records, next offset) when a remote segment holds ``offset``, else None (the broker has it,
-    or, for ``read_committed``, knows the transactions S3 cannot settle).
+    """(records, next offset) when a remote segment holds ``offset``, else None (the broker has it).
 
     ``refresh`` reads the manifest afresh instead of trusting the cached segment list."""
     for fresh in (refresh, True):
@@ -270,8 +249,7 @@ def _from_s3(container: runtime.Container, description: TopicDescription, partit
         if segment is None:
             return None
         try:
-            return read_tiered(container, segment, offset, max_bytes, read_committed=read_committed,
-                               segments=segments)
+            return read_tiered(container, segment, offset, max_bytes, read_committed=read_committed)
         except BotoClientError as error:
             missing = error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404")
             if missing and not fresh:

@@ -366,8 +366,9 @@ class PartitionUploader:
             epochs = segment_epochs(
                 partition.log.leader_epochs.entries, candidate.base_offset, candidate.end_offset
             )
-            aborted = partition.log.aborted_transactions_ending_in(
-                segment, candidate.base_offset, candidate.end_offset)
+            # Every aborted transaction overlapping the range, its marker here or in a later local
+            # segment: below the LSO all of them have ended, so a reader needs no other segment's.
+            aborted = partition.log.aborted_transactions(candidate.base_offset, candidate.end_offset + 1)
             indexes = encode_indexes(candidate.base_offset, offset_index, time_index, epochs,
                                      aborted_transactions=aborted)
             row = await self._manifest(
