@@ -12,15 +12,11 @@ from pathlib import Path
 
 from broker_core.client import FloeClient
 from broker_core.local_stack import LocalStack
-from broker_core.log.config import LogConfig
-from broker_core.log.partition_log import PartitionLog
-from broker_core.log.transaction_index import AbortedTxn
 from broker_core.metadata.store import MetadataStore
-from broker_core.records import SimpleRecord, build_batch
-from broker_core.records.control import ControlRecordType, build_control_batch
+from broker_core.records import SimpleRecord
 from tests.emr_jobs.tiered_log import tier_segments
 from tests.functions.http_api import HttpApi
-from tests.support.transactions import txn_batch, write_markers
+from tests.support.transactions import log_with_transactions, txn_batch, write_markers
 
 
 def values(api: HttpApi, topic: str, query: str = "") -> tuple[list[str], dict]:
@@ -52,31 +48,11 @@ def test_the_broker_path_is_read_committed_unless_asked_otherwise(
     assert api.get(f"/v1/topics/{topic}/partitions/0/records?isolation=serializable").status == 422
 
 
-def tiered_transactions(directory: Path) -> PartitionLog:
-    """Offsets: 0-1 producer 71 (aborted, marker 2), 3 plain, 4 producer 72 (committed, marker 5),
-    6 producer 73 (aborted, marker 7); every batch in a segment of its own."""
-    log = PartitionLog.open(directory, LogConfig(segment_bytes=14), topic="t", partition=0)
-
-    def marker(producer_id: int, kind: ControlRecordType) -> int:
-        return log.append(build_control_batch(kind, producer_id=producer_id, producer_epoch=0,
-                                              coordinator_epoch=0)).base_offset
-
-    log.append(txn_batch(71, ["a1", "a2"], 0))
-    log.append_aborted_transaction(AbortedTxn(71, 0, marker(71, ControlRecordType.ABORT), 3))
-    log.append(build_batch([SimpleRecord(value=b"plain")]))
-    log.append(txn_batch(72, ["c1"], 0))
-    marker(72, ControlRecordType.COMMIT)
-    log.append(txn_batch(73, ["a3"], 0))
-    log.append_aborted_transaction(AbortedTxn(73, 6, marker(73, ControlRecordType.ABORT), 8))
-    log.roll()
-    return log
-
-
 def test_the_s3_path_leaves_out_aborted_transactions_with_the_tiered_transaction_index(
         api: HttpApi, http_stack: LocalStack, make_topic: Callable[..., str], tmp_path: Path) -> None:
     topic = make_topic(partitions=1, configs={"remote.storage.enable": "true", "retention.ms": "-1"})
     description = MetadataStore(http_stack.aws).get_topic(topic)
-    log = tiered_transactions(tmp_path / f"{topic}-0")
+    log = log_with_transactions(tmp_path / f"{topic}-0")
     tier_segments(http_stack.aws, log, description, 0)
     seen, next_offset = [], 0
     while next_offset < 8:
