@@ -131,6 +131,13 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("group.max.size", _INT, 2147483647, "Most members a group may have."),
     _broker("offsets.retention.check.interval.ms", _INT, 600000, "How often expired offsets are deleted."),
     _broker("offset.metadata.max.bytes", _INT, 4096, "Largest metadata string of a committed offset."),
+    # Transaction coordinator (KIP-98): producers' transaction timeouts and the abort of abandoned ones.
+    _broker("transaction.max.timeout.ms", _INT, 900000,
+            "Largest transaction.timeout.ms a producer may ask for; InitProducerId refuses more."),
+    _broker("transaction.abort.timed.out.transaction.cleanup.interval.ms", _INT, 10000,
+            "How often the coordinator aborts transactions left open past their timeout."),
+    _broker("floe.transaction.marker.retry.backoff.ms", _INT, 100,
+            "Wait before resending transaction markers a partition leader did not write (leader change, broker down)."),
     # Client quotas (KIP-13, KIP-124, KIP-599): the windows their rates are measured over.
     _broker("quota.window.num", _INT, 11, "Samples a client's byte and request-time rates are measured over."),
     _broker("quota.window.size.seconds", _INT, 1, "Length of one sample of a client's byte and request-time rates."),

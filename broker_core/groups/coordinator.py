@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, respond
+from broker_core.transactions.errors import TransactionStoreUnavailableError
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import GroupState
@@ -50,6 +51,12 @@ class GroupCoordinator:
         self.membership = GroupMembership(self.ownership, context.config)
         self.offsets = GroupOffsets(self.ownership, context)
         self._tasks: list[asyncio.Task] = []
+        # FindCoordinator key types other than groups', served by other coordinators (transactions).
+        self._locators: dict[int, Callable[[str], Awaitable[tuple[ErrorCode, int]]]] = {}
+
+    def add_locator(self, key_type: int, locate: Callable[[str], Awaitable[tuple[ErrorCode, int]]]) -> None:
+        """Answer FindCoordinator for ``key_type`` with ``locate(key)`` -> (error, coordinator broker id)."""
+        self._locators[key_type] = locate
 
     def api_handlers(self) -> dict[ApiKey, Callable[[Request], Awaitable[Any]]]:
         """The group APIs this service serves, for the broker's request handlers."""
@@ -58,7 +65,8 @@ class GroupCoordinator:
             ApiKey.FIND_COORDINATOR: self.find_coordinator, ApiKey.JOIN_GROUP: membership.join_group,
             ApiKey.SYNC_GROUP: membership.sync_group, ApiKey.HEARTBEAT: membership.heartbeat,
             ApiKey.LEAVE_GROUP: membership.leave_group, ApiKey.OFFSET_COMMIT: offsets.offset_commit,
-            ApiKey.OFFSET_FETCH: offsets.offset_fetch, ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.OFFSET_FETCH: offsets.offset_fetch, ApiKey.TXN_OFFSET_COMMIT: offsets.txn_offset_commit,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.LIST_GROUPS: self.list_groups, ApiKey.DELETE_GROUPS: self.delete_groups,
         }
 
@@ -97,16 +105,17 @@ class GroupCoordinator:
             answer = {"key": key, "error_code": ErrorCode.none, "error_message": None, "node_id": -1,
                       "host": "", "port": -1}
             answers.append(answer)
-            if key_type != GROUP_KEY_TYPE:
-                answer["error_code"] = ErrorCode.coordinator_not_available
-                answer["error_message"] = "Floe coordinates consumer groups only (no transactions)"
+            locate = self.ownership.locate if key_type == GROUP_KEY_TYPE else self._locators.get(key_type)
+            if locate is None:
+                answer["error_code"] = ErrorCode.invalid_request
+                answer["error_message"] = f"unknown coordinator key type {key_type}"
                 continue
             if not key:
-                answer["error_code"] = ErrorCode.invalid_group_id
+                answer["error_code"] = ErrorCode.invalid_group_id if key_type == GROUP_KEY_TYPE else ErrorCode.invalid_request
                 continue
             try:
-                error, node = await self.ownership.locate(key)
-            except GroupStoreUnavailableError as exc:
+                error, node = await locate(key)
+            except (GroupStoreUnavailableError, TransactionStoreUnavailableError) as exc:
                 log.warning("FindCoordinator %s: %s", key, exc)
                 error, node = ErrorCode.coordinator_not_available, -1
             answer["error_code"] = error

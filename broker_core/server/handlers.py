@@ -96,6 +96,7 @@ class RequestHandlers:
         self.producer_ids = producer_ids
         self.quotas = quotas
         self.remote_reads = remote_reads
+        self.transactions: Handler | None = None
         self.table: dict[int, Handler] = {
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
@@ -115,6 +116,10 @@ class RequestHandlers:
     def register(self, api_key: int, handler: Handler) -> None:
         """Add an API served by another subsystem (the group coordinator's, by the assembly)."""
         self.table[api_key] = handler
+
+    def set_transactions(self, init_producer_id: Handler) -> None:
+        """Serve InitProducerId with a transactional id with the transaction coordinator's handler."""
+        self.transactions = init_producer_id
 
     def supported(self) -> dict[int, tuple[int, int]]:
         return {key: SUPPORTED_VERSIONS[key] for key in sorted(self.table) if key in SUPPORTED_VERSIONS}
@@ -584,10 +589,12 @@ class RequestHandlers:
     async def init_producer_id(self, request: Request) -> Any:
         """Producer ids for idempotent producers, from blocks allocated in DynamoDB.
 
-        A producer that already has an id (KIP-360) keeps it with the epoch bumped. Transactions
-        are not supported: a transactional id is refused.
+        A producer that already has an id (KIP-360) keeps it with the epoch bumped. A request with a
+        transactional id goes to the transaction coordinator (`set_transactions`).
         """
         body = request.body
+        if body.transactional_id is not None and self.transactions is not None:
+            return await self.transactions(request)
         response = {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
         if body.transactional_id is not None:
             response["error_code"] = ErrorCode.invalid_request
