@@ -24,9 +24,11 @@ Byte layout (all integers big-endian), version 2::
                "0\\n<count>\\n" then one "<epoch> <start offset>\\n" line per entry
     section 4: the producer-state snapshot of the segment; empty (the producer state is rebuilt from
                the local log, never from the remote tier)
-    section 5: the segment's .txnindex entries as is, in Kafka's format (broker_core.log.transaction_index):
-               the aborted transactions whose ABORT marker lies in the uploaded range, which remote
-               read_committed reads (the broker's, the HTTP fetch's, the Spark reader's) skip
+    section 5: entries in Kafka's .txnindex format (broker_core.log.transaction_index): every aborted
+               transaction overlapping the uploaded range, whether its ABORT marker lies in the range
+               or later (segments are tiered only below the LSO, so all of them have ended); remote
+               read_committed reads (the broker's, the HTTP fetch's, the Spark reader's) skip their
+               batches knowing only the indexes of the segment they read
 
 The header is 40 bytes (36 in version 1, which has no section 5 and is still read: no aborted
 transactions). Both indexes are sparse (the first batch, at position 0, has no entry), so a
@@ -120,7 +122,7 @@ def encode_indexes(
     aborted_transactions: Sequence[AbortedTxn] = (),
 ) -> bytes:
     """The indexes object of a segment from its .index and .timeindex bytes, its leader epochs and the
-    aborted transactions whose markers it holds."""
+    aborted transactions overlapping it."""
     if len(offset_index) % OFFSET_ENTRY_SIZE:
         raise ValueError(
             f"offset index of {len(offset_index)} bytes is not whole {OFFSET_ENTRY_SIZE}-byte entries"
@@ -183,6 +185,11 @@ class SegmentIndexes:
     def position_for_timestamp(self, timestamp_ms: int) -> int:
         """A byte position at or before the first batch with a record timestamp >= ``timestamp_ms``."""
         return self.position_for_offset(self.offset_for_timestamp(timestamp_ms))
+
+    def aborted_between(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
+        return [e for e in self.aborted_transactions
+                if e.last_offset >= fetch_offset and e.first_offset < upper_bound_offset]
 
     def index_entries(self) -> list[tuple[int, int]]:
         """``(last offset, position)`` of every indexed batch: the batch boundaries usable as split points."""

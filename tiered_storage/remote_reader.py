@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker_core.log.errors import OffsetOutOfRangeError
-from broker_core.log.transaction_index import AbortedTxn, collect_aborted
+from broker_core.log.transaction_index import AbortedTxn
 from broker_core.protocol.messages import EARLIEST_TIMESTAMP
 from broker_core.records.batch import decode_batch
 from broker_core.records.errors import RecordsError
@@ -392,26 +392,16 @@ class RemoteLogReader:
         self, partition: TieredPartition, fetch_offset: int, upper_bound_offset: int
     ) -> list[AbortedTxn]:
         """The aborted transactions overlapping [fetch_offset, upper_bound_offset) for a read_committed
-        read of the remote tier: from the transaction index section of each remote segment's indexes
-        object, from the segment holding ``fetch_offset`` on, then from the local .txnindex files, with
-        Kafka's stopping rule (`collect_aborted`). Raises RemoteStorageError when S3 fails."""
-        segments = await self.remote_segments(partition)
-        local_start = partition.log.log_start_offset
-        found: dict[tuple[int, int], AbortedTxn] = {}
-        for segment in segments:
-            if segment.end_offset < fetch_offset or segment.base_offset >= local_start:
-                continue
-            try:
-                entries = (await self._indexes_for(segment)).aborted_transactions
-            except ObjectStoreError as err:
-                raise RemoteStorageError(str(err)) from err
-            found.update(((e.producer_id, e.first_offset), e)
-                         for e in collect_aborted([entries], fetch_offset, upper_bound_offset))
-            if any(e.last_stable_offset >= upper_bound_offset for e in entries):
-                return sorted(found.values(), key=lambda e: e.last_offset)
-        for entry in partition.log.aborted_transactions(max(fetch_offset, local_start), upper_bound_offset):
-            found.setdefault((entry.producer_id, entry.first_offset), entry)
-        return sorted(found.values(), key=lambda e: e.last_offset)
+        read of the remote segment holding ``fetch_offset``, from its indexes object (which lists every
+        aborted transaction overlapping the segment). Raises RemoteStorageError when S3 fails."""
+        segment = await self._segment_for(partition, fetch_offset)
+        if segment is None:
+            return []
+        try:
+            indexes = await self._indexes_for(segment)
+        except ObjectStoreError as err:
+            raise RemoteStorageError(str(err)) from err
+        return indexes.aborted_between(fetch_offset, upper_bound_offset)
 
     # -- list offsets ------------------------------------------------------------------------
 

@@ -520,14 +520,6 @@ class PartitionLog:
                    if s.base_offset in self._txn_indexes]
         return collect_aborted(indexes, fetch_offset, upper_bound_offset)
 
-    def aborted_transactions_ending_in(self, segment: Segment, first_offset: int, last_offset: int) -> list[AbortedTxn]:
-        """The entries of ``segment``'s .txnindex whose marker lies in [first_offset, last_offset]
-        (what tiering uploads with that range of the segment)."""
-        index = self._txn_indexes.get(segment.base_offset)
-        if index is None:
-            return []
-        return [e for e in index.entries if first_offset <= e.last_offset <= last_offset]
-
     # ---------------------------------------------------------------- truncation and deletion
 
     def truncate_to(self, offset: int, *, now_ms: int | None = None) -> bool:

@@ -39,7 +39,7 @@ class RemoteReads(Protocol):
         self, partition: Partition, fetch_offset: int, upper_bound_offset: int
     ) -> list[AbortedTxn]:
         """The aborted transactions a read_committed read of [fetch_offset, upper_bound_offset) that
-        starts in the remote tier must be told of (remote transaction indexes, then local ones)."""
+        starts in the remote tier must be told of."""
         ...
 
     async def list_offset(self, partition: Partition, timestamp: int) -> tuple[int, int, int] | None:

@@ -9,13 +9,18 @@ stack, whose single broker leads every partition.
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
 from broker_core.client import FloeClient
+from broker_core.log.config import LogConfig
+from broker_core.log.partition_log import PartitionLog
+from broker_core.log.transaction_index import AbortedTxn
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.messages import build_entity, request_class
 from broker_core.records import SimpleRecord, build_batch
+from broker_core.records.control import ControlRecordType, build_control_batch
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
@@ -57,3 +62,24 @@ async def latest_offset(client: FloeClient, topic: str, isolation_level: int) ->
         "topics": [{"name": topic, "partitions": [
             {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
     return response.topics[0].partitions[0].offset
+
+
+def log_with_transactions(directory: Path) -> PartitionLog:
+    """A partition log written as a leader writes it, for tiering by hand. Offsets: 0-1 producer 71
+    (aborted, marker 2), 3 plain, 4 producer 72 (committed, marker 5), 6 producer 73 (aborted,
+    marker 7); every batch in a segment of its own, the last one sealed."""
+    log = PartitionLog.open(directory, LogConfig(segment_bytes=14), topic="t", partition=0)
+
+    def marker(producer_id: int, kind: ControlRecordType) -> int:
+        return log.append(build_control_batch(kind, producer_id=producer_id, producer_epoch=0,
+                                              coordinator_epoch=0)).base_offset
+
+    log.append(txn_batch(71, ["a1", "a2"], 0))
+    log.append_aborted_transaction(AbortedTxn(71, 0, marker(71, ControlRecordType.ABORT), 3))
+    log.append(build_batch([SimpleRecord(value=b"plain")]))
+    log.append(txn_batch(72, ["c1"], 0))
+    marker(72, ControlRecordType.COMMIT)
+    log.append(txn_batch(73, ["a3"], 0))
+    log.append_aborted_transaction(AbortedTxn(73, 6, marker(73, ControlRecordType.ABORT), 8))
+    log.roll()
+    return log

@@ -34,6 +34,11 @@ class LeaderPartition:
     high_watermark: int = 0
     is_leader: bool = True
 
+    @property
+    def last_stable_offset(self) -> int:
+        """No transaction is ever open in these logs: the LSO is the high watermark."""
+        return self.high_watermark
+
 
 @pytest.fixture
 def bucket(aws_settings: AwsSettings) -> str:
