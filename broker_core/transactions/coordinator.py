@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 
 TRANSACTION_KEY_TYPE = 1
 LEASE_TRUST = 0.9
+# A producer's next AddPartitionsToTxn/AddOffsetsToTxn usually arrives while the previous
+# transaction's markers are still being written; rather than answer CONCURRENT_TRANSACTIONS at once
+# (and have the client back off for its retry.backoff.ms), the coordinator waits this long for them.
+COMPLETION_WAIT_S = 1.0
 _IO_THREADS = 8
 
 # KIP-588: from these versions on a fenced producer is told PRODUCER_FENCED; older clients only
@@ -305,6 +309,13 @@ class TransactionCoordinator:
                 return
             await asyncio.sleep(backoff_s)
 
+    @staticmethod
+    async def _await_completion(entry: HeldTransaction) -> None:
+        """Wait (at most COMPLETION_WAIT_S) for the markers of ``entry``'s previous transaction."""
+        task = entry.completing
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=COMPLETION_WAIT_S)
+
     async def _complete_group(self, group_id: str, state: TransactionState, commit: bool,
                               coordinator_epoch: int) -> None:
         """End the transaction in a group: here if this broker coordinates the group, else by a marker
@@ -415,6 +426,8 @@ class TransactionCoordinator:
                 codes[tp] = ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
         else:
             entry, error = self.owned(transactional_id)
+            if entry is not None and not verify_only:
+                await self._await_completion(entry)
             if entry is not None:
                 async with entry.lock:
                     if entry.unloaded:
@@ -466,6 +479,7 @@ class TransactionCoordinator:
         if error == ErrorCode.none:
             entry, error = self.owned(body.transactional_id)
         if entry is not None:
+            await self._await_completion(entry)
             async with entry.lock:
                 if entry.unloaded:
                     error = ErrorCode.not_coordinator
