@@ -102,6 +102,9 @@ class ProducerState:
     def __init__(self, directory: Path) -> None:
         self.path = directory / SNAPSHOT_FILE
         self.producers: dict[int, ProducerEntry] = {}
+        # producer id -> first offset of its open transaction (the entries' txn_first_offset, indexed
+        # so the LSO costs O(open transactions), not O(producers), on every fetch).
+        self._open: dict[int, int] = {}
 
     # checks and updates -------------------------------------------------------------------------
 
@@ -168,12 +171,11 @@ class ProducerState:
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the earliest open transaction, None when no transaction is open."""
-        firsts = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset is not None]
-        return min(firsts) if firsts else None
+        return min(self._open.values()) if self._open else None
 
     def open_transactions(self) -> dict[int, int]:
         """producer id -> first offset of its open transaction."""
-        return {pid: e.txn_first_offset for pid, e in self.producers.items() if e.txn_first_offset is not None}
+        return dict(self._open)
 
     def record(
         self,
@@ -203,7 +205,7 @@ class ProducerState:
                 BatchMetadata(header.base_sequence, header.last_sequence, base, base + header.last_offset_delta)
             )
         if header.is_transactional and entry.txn_first_offset is None:
-            entry.txn_first_offset = base
+            entry.txn_first_offset = self._open[header.producer_id] = base
         return None
 
     def _entry_for(self, header: BatchHeader) -> ProducerEntry:
@@ -224,6 +226,7 @@ class ProducerState:
         entry = self._entry_for(header)
         first = offset if entry.txn_first_offset is None else entry.txn_first_offset
         entry.txn_first_offset = None
+        self._open.pop(header.producer_id, None)
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         others = self.first_unstable_offset()
         return CompletedTxn(header.producer_id, first, offset, aborted, offset + 1 if others is None else others)
@@ -264,6 +267,7 @@ class ProducerState:
         of them corrupt, the snapshot is not used and they are all rebuilt from the log start.
         """
         self.producers = {}
+        self._open = {}
         start = log.log_start_offset
         if self.path.exists() and not log.transaction_indexes_lost:
             try:
@@ -275,12 +279,14 @@ class ProducerState:
                             if end < data["offset"]:
                                 entry.batches.append(BatchMetadata(first, last, base, end))
                         txn_first_offset = e.get("txn_first_offset")
-                        entry.txn_first_offset = None if txn_first_offset is None else int(txn_first_offset)
+                        if txn_first_offset is not None:
+                            entry.txn_first_offset = self._open[int(pid)] = int(txn_first_offset)
                         entry.coordinator_epoch = int(e.get("coordinator_epoch", -1))
                         self.producers[int(pid)] = entry
                     start = data["offset"]
             except (ValueError, KeyError, TypeError):
                 self.producers = {}
+                self._open = {}
                 start = log.log_start_offset
         log.truncate_transaction_indexes_from(start)
         self._scan(log, start)

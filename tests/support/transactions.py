@@ -2,8 +2,8 @@
 
 Transactional batches come from Floe's record builder; markers are raw WriteTxnMarkers requests (what a
 transaction coordinator sends a partition leader); reads are raw Fetch and ListOffsets requests, so a
-test sees the LSO and the aborted-transaction list themselves. Every helper talks to a one-broker
-stack, whose single broker leads every partition.
+test sees the LSO and the aborted-transaction list themselves. Requests go to the partition's
+leader (any broker for a topic the cluster does not know, to see its refusal).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from broker_core.client import FloeClient
+from broker_core.client import FloeClient, KafkaError
+from broker_core.client.connection import BrokerConnection
 from broker_core.log.config import LogConfig
 from broker_core.log.partition_log import PartitionLog
 from broker_core.log.transaction_index import AbortedTxn
@@ -25,6 +26,13 @@ from broker_core.records.control import ControlRecordType, build_control_batch
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
+async def leader_connection(client: FloeClient, topic: str) -> BrokerConnection:
+    try:
+        return await client._connection(await client._leader(topic, 0))
+    except KafkaError:
+        return await client._any_connection()
+
+
 def txn_batch(producer_id: int, values: list[str], sequence: int, epoch: int = 0) -> bytes:
     return build_batch([SimpleRecord(value=v.encode()) for v in values], producer_id=producer_id,
                        producer_epoch=epoch, base_sequence=sequence, is_transactional=True)
@@ -32,7 +40,7 @@ def txn_batch(producer_id: int, values: list[str], sequence: int, epoch: int = 0
 
 async def write_markers(client: FloeClient, topic: str, producer_id: int, commit: bool, *, epoch: int = 0,
                         coordinator_epoch: int = 0, partitions: tuple[int, ...] = (0,)) -> dict[int, ErrorCode]:
-    connection = await client._any_connection()  # a one-broker stack: the leader of every partition
+    connection = await leader_connection(client, topic)
     request = build_entity(request_class(ApiKey.WRITE_TXN_MARKERS, 1), {"markers": [{
         "producer_id": producer_id, "producer_epoch": epoch, "transaction_result": commit,
         "coordinator_epoch": coordinator_epoch,
@@ -44,7 +52,7 @@ async def write_markers(client: FloeClient, topic: str, producer_id: int, commit
 
 
 async def raw_fetch(client: FloeClient, topic: str, offset: int, isolation_level: int):
-    connection = await client._any_connection()
+    connection = await leader_connection(client, topic)
     response = await connection.send(ApiKey.FETCH, {
         "replica_id": -1, "max_wait": datetime.timedelta(0), "min_bytes": 0, "max_bytes": 1 << 20,
         "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
@@ -56,7 +64,7 @@ async def raw_fetch(client: FloeClient, topic: str, offset: int, isolation_level
 
 
 async def latest_offset(client: FloeClient, topic: str, isolation_level: int) -> int:
-    connection = await client._any_connection()
+    connection = await leader_connection(client, topic)
     response = await connection.send(ApiKey.LIST_OFFSETS, {
         "replica_id": -1, "isolation_level": isolation_level,
         "topics": [{"name": topic, "partitions": [
