@@ -73,7 +73,8 @@ class FloeReader(DataSourceReader):
                 segments,
                 functools.partial(remote.find_offset_for_timestamp, settings, segments, load_indexes=load_indexes),
             )
-            reads += plan_segment_reads(options.topic, offsets, segments, options.max_bytes_per_partition, load_indexes)
+            reads += plan_segment_reads(options.topic, offsets, segments, options.max_bytes_per_partition, load_indexes,
+                                        read_committed=options.read_committed)
         return reads
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -88,6 +89,7 @@ class FloeReader(DataSourceReader):
             start_offset=partition.start_offset,
             end_offset=partition.end_offset,
             include_headers=self.options.include_headers,
+            aborted=partition.aborted,
         )
         chunks = remote.read_range(self.options.aws, partition.log_key, partition.byte_start, partition.byte_end)
         try:

@@ -19,6 +19,7 @@ from .config import LogConfig
 from .errors import CorruptIndexError
 from .leader_epoch import LeaderEpochCheckpoint
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
+from .transaction_index import TXN_INDEX_SUFFIX
 
 
 def recover_segments(
@@ -100,7 +101,7 @@ def remove_leftovers(directory: Path) -> None:
         name = path.name
         if name.endswith(DELETED_SUFFIX) or name.endswith(TEMP_SUFFIX):
             path.unlink()
-        elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and (
+        elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and (
             not path.stem.isdigit() or int(path.stem) not in bases
         ):
             path.unlink()
