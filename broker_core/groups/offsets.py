@@ -62,6 +62,10 @@ def marker_partition(group_id: str) -> int:
     return zlib.crc32(group_id.encode()) & 0x7FFFFFFF
 
 
+# Refusals that answer every partition of a commit, before its topics are looked at.
+_REFUSED_WHOLE = frozenset({ErrorCode.group_authorization_failed, ErrorCode.transactional_id_authorization_failed})
+
+
 
 class GroupOffsets:
     """OffsetCommit and OffsetFetch for the groups `GroupOwnership` holds, and their expiry.
@@ -109,8 +113,9 @@ class GroupOffsets:
         for topic in request.body.topics:
             partitions = []
             topic_error = error
-            if error == ErrorCode.none and not allowed(authorizer, request, AclOperation.READ, ResourceType.TOPIC,
-                                                       topic.name):
+            # As Kafka, topics are authorized before the coordinator answers (NOT_COORDINATOR and the like).
+            if error not in _REFUSED_WHOLE and not allowed(authorizer, request, AclOperation.READ,
+                                                           ResourceType.TOPIC, topic.name):
                 topic_error = ErrorCode.topic_authorization_failed
             for p in topic.partitions:
                 result = {"partition_index": p.partition_index, "error_code": topic_error}

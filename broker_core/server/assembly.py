@@ -34,7 +34,7 @@ from .admin_configs import ConfigApis
 from .admin_describe import ClusterDescriptions
 from .admin_leaders import LeaderElections
 from .admin_records import RecordDeletion
-from .authorization import guard_credential_apis
+from .authorization import guard_credential_apis, guard_write_txn_markers
 from .broker import Broker, BrokerParts
 from .config import BrokerConfig
 from .handlers import RequestHandlers
@@ -74,8 +74,8 @@ def build_broker(config: BrokerConfig) -> Broker:
     for api_key, handler in apis.items():
         handlers.register(api_key, handler)
     handlers.set_transactions(transactions.init_producer_id)
-    handlers.register(ApiKey.WRITE_TXN_MARKERS,
-                      route_write_txn_markers(groups.offsets, handlers.table.get(ApiKey.WRITE_TXN_MARKERS)))
+    handlers.register(ApiKey.WRITE_TXN_MARKERS, guard_write_txn_markers(
+        route_write_txn_markers(groups.offsets, handlers.table.get(ApiKey.WRITE_TXN_MARKERS)), broker))
     groups.add_locator(TRANSACTION_KEY_TYPE, transactions.locate)
     broker.host(BrokerParts(
         listener=build_listeners(config, handlers, store.get),

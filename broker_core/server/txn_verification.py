@@ -73,7 +73,8 @@ class TransactionVerifier:
             return None
         connection = BrokerConnection(
             broker.host, broker.port, client_id=f"floe-txn-verifier-{self.context.config.broker_id}",
-            request_timeout_s=self.context.config.get_int("request.timeout.ms") / 1000, node_id=node_id)
+            request_timeout_s=self.context.config.get_int("request.timeout.ms") / 1000, node_id=node_id,
+            security=self.context.config.inter_broker_security)
         await connection.connect()
         self._connections[node_id] = connection
         return connection

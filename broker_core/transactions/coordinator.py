@@ -39,7 +39,9 @@ from broker_core.metadata.errors import MetadataError
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, respond
+from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.security.producer_ids import owns_producer_id, transactional_owner
+from broker_core.server.authorization import allowed, cluster_allowed
 
 from .errors import TransactionCoordinatorFencedError, TransactionStoreUnavailableError
 from .markers import MarkersFencedError, MarkerWriter
@@ -407,7 +409,15 @@ class TransactionCoordinator:
     # AddPartitionsToTxn, AddOffsetsToTxn ---------------------------------------------------------
 
     async def add_partitions_to_txn(self, request: Request) -> Any:
+        """Authorization, as Kafka's: v0-v3 come from clients and need WRITE on the transactional id
+        (else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and WRITE on each topic (else
+        its partitions are TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED); v4+
+        come from brokers (KIP-890 verification) and need CLUSTER_ACTION on the cluster."""
         body = request.body
+        if request.api_version >= 4 and not cluster_allowed(self.context.authorizer, request,
+                                                            AclOperation.CLUSTER_ACTION):
+            return respond(request, {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.cluster_authorization_failed,
+                                     "results_by_transaction": []})
         if request.api_version <= 3:
             topics = await self._add_one(request, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                                          body.v3_and_below_producer_epoch, body.v3_and_below_topics, verify_only=False)
@@ -425,10 +435,19 @@ class TransactionCoordinator:
         wanted = [TopicPartition(t.name, p) for t in topics for p in t.partitions]
         codes = {tp: ErrorCode.none for tp in wanted}
         image = self.context.image
+        authorizer = self.context.authorizer
+        client = request.api_version <= 3
         unknown = {tp for tp in wanted if (tp.topic, tp.partition) not in image.partitions}
-        if unknown and not verify_only:
+        refused = {name for name in {tp.topic for tp in wanted}
+                   if client and not allowed(authorizer, request, AclOperation.WRITE, ResourceType.TOPIC, name)}
+        if client and not allowed(authorizer, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                  transactional_id):
+            codes = dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+        elif refused or (unknown and not verify_only):
             for tp in wanted:
-                codes[tp] = ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+                codes[tp] = (ErrorCode.topic_authorization_failed if tp.topic in refused
+                             else ErrorCode.unknown_topic_or_partition if tp in unknown
+                             else ErrorCode.operation_not_attempted)
         else:
             entry, error = self.owned(transactional_id)
             if entry is not None and not verify_only:
@@ -478,8 +497,15 @@ class TransactionCoordinator:
             return exc.code
 
     async def add_offsets_to_txn(self, request: Request) -> Any:
+        """Authorization, as Kafka's: WRITE on the transactional id, then READ on the group."""
         body = request.body
-        error = ErrorCode.invalid_group_id if not body.group_id else ErrorCode.none
+        authorizer = self.context.authorizer
+        if not allowed(authorizer, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+            error = ErrorCode.transactional_id_authorization_failed
+        elif not allowed(authorizer, request, AclOperation.READ, ResourceType.GROUP, body.group_id):
+            error = ErrorCode.group_authorization_failed
+        else:
+            error = ErrorCode.invalid_group_id if not body.group_id else ErrorCode.none
         entry = None
         if error == ErrorCode.none:
             entry, error = self.owned(body.transactional_id)
@@ -496,7 +522,12 @@ class TransactionCoordinator:
     # EndTxn -------------------------------------------------------------------------------------
 
     async def end_txn(self, request: Request) -> Any:
+        """Authorization: WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
         body = request.body
+        if not allowed(self.context.authorizer, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                       body.transactional_id):
+            return respond(request, {"throttle_time": NO_THROTTLE,
+                                     "error_code": ErrorCode.transactional_id_authorization_failed})
         entry, error = self.owned(body.transactional_id)
         if entry is not None:
             async with entry.lock:
@@ -525,9 +556,15 @@ class TransactionCoordinator:
 
     async def describe_transactions(self, request: Request) -> Any:
         """Served from this broker's memory for the ids it holds and from DynamoDB for the others, so
-        any broker can describe any transactional id."""
+        any broker can describe any transactional id. Authorization, as Kafka's: an id the principal
+        may not DESCRIBE is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and a described
+        transaction shows only the topics the principal may DESCRIBE."""
         described = []
+        authorizer = self.context.authorizer
         for transactional_id in request.body.transactional_ids:
+            if not allowed(authorizer, request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+                described.append(_describe(transactional_id, None, ErrorCode.transactional_id_authorization_failed))
+                continue
             entry = self.held.get(transactional_id)
             state: TransactionState | None = None
             error = ErrorCode.none
@@ -542,12 +579,17 @@ class TransactionCoordinator:
                     error = ErrorCode.coordinator_not_available
             if state is None and error == ErrorCode.none:
                 error = ErrorCode.transactional_id_not_found
-            described.append(_describe(transactional_id, state, error))
+            answer = _describe(transactional_id, state, error)
+            answer["topics"] = [t for t in answer["topics"]
+                                if allowed(authorizer, request, AclOperation.DESCRIBE, ResourceType.TOPIC, t["topic"],
+                                           log_denial=False)]
+            described.append(answer)
         return respond(request, {"throttle_time": NO_THROTTLE, "transaction_states": described})
 
     async def list_transactions(self, request: Request) -> Any:
         """The transactions this broker coordinates; the lowest-numbered live broker adds those whose
-        coordinator is gone, so that an admin client's union over all brokers misses none."""
+        coordinator is gone, so that an admin client's union over all brokers misses none. Only the
+        ids the principal may DESCRIBE are listed (Kafka's rule; the others are left out silently)."""
         body = request.body
         known = {s.value for s in TxnState}
         state_filters = list(body.state_filters or ())
@@ -574,6 +616,8 @@ class TransactionCoordinator:
             if (not wanted_states or st.state.value in wanted_states)
             and (not wanted_ids or st.producer_id in wanted_ids)
             and (min_duration < 0 or (st.state is TxnState.ONGOING and now_ms - st.start_ms >= min_duration))
+            and allowed(self.context.authorizer, request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid,
+                        log_denial=False)
         ]
         return respond(request, {"throttle_time": NO_THROTTLE, "error_code": error,
                                  "unknown_state_filters": unknown_filters, "transaction_states": listed})

@@ -122,7 +122,8 @@ class MarkerWriter:
             raise BrokerConnectionError(f"broker {broker_id} is not registered")
         connection = BrokerConnection(registration.host, registration.port, node_id=broker_id,
                                       client_id=f"floe-txn-coordinator-{self.context.config.broker_id}",
-                                      request_timeout_s=self.request_timeout_s)
+                                      request_timeout_s=self.request_timeout_s,
+                                      security=self.context.config.inter_broker_security)
         await connection.connect()
         self._connections[broker_id] = connection
         return connection

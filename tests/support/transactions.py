@@ -9,6 +9,8 @@ leader (any broker for a topic the cluster does not know, to see its refusal).
 from __future__ import annotations
 
 import datetime
+import time
+import uuid
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -91,3 +93,28 @@ def log_with_transactions(directory: Path) -> PartitionLog:
     log.append_aborted_transaction(AbortedTxn(73, 6, marker(73, ControlRecordType.ABORT), 8))
     log.roll()
     return log
+
+
+def committed_values(client_config: dict[str, str], topic: str, timeout_s: float = 30) -> list[bytes]:
+    """Every value of the topic's partition 0 a confluent-kafka read_committed consumer reads (up to the
+    LSO), with ``client_config`` (bootstrap servers and security)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({**client_config, "group.id": f"reader-{uuid.uuid4()}", "isolation.level": "read_committed",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False, "enable.partition.eof": True})
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        consumer.subscribe([topic])
+        while time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == -191:  # _PARTITION_EOF: read up to the LSO
+                    return values
+                raise AssertionError(message.error())
+            values.append(message.value())
+    finally:
+        consumer.close()
+    raise AssertionError(f"no end of partition within {timeout_s} s; read {values}")
