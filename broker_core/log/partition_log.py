@@ -515,11 +515,30 @@ class PartitionLog:
             for segment in self._segments:
                 path = self.directory / segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX)
                 self._txn_indexes[segment.base_offset] = TransactionIndex.open(path)
+            self._adopt_orphan_transaction_indexes()
         except LogError:
             for segment in self._segments:
                 (self.directory / segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
             self._txn_indexes = {}
             self.transaction_indexes_lost = True
+
+    def _adopt_orphan_transaction_indexes(self) -> None:
+        """A kill after a cleaner's swap became final (its ``.swap`` files) but before its segments'
+        indexes were merged leaves the .txnindex of a segment the cleaned one absorbed: its entries
+        move to the index of the segment that now holds its base offset."""
+        segments = self._segments
+        for path in sorted(self.directory.glob("*" + TXN_INDEX_SUFFIX)):
+            base_offset = int(path.name.partition(".")[0])
+            if base_offset in self._txn_indexes or not segments or base_offset < segments[0].base_offset:
+                continue
+            if base_offset >= self.log_end_offset:  # a truncated segment's, killed before it went
+                path.unlink()
+                continue
+            number = bisect.bisect_right(segments, base_offset, key=lambda s: s.base_offset) - 1
+            owner = self._txn_index(segments[number].base_offset)
+            adopted = sorted({*owner.entries, *TransactionIndex.open(path).entries}, key=lambda e: e.last_offset)
+            owner.replace_entries(adopted)
+            path.unlink()
 
     def truncate_transaction_indexes_from(self, offset: int) -> None:
         """Drop every aborted transaction whose marker is at or above ``offset`` (a scan of the log from
@@ -685,7 +704,21 @@ class PartitionLog:
             or [segment.size for segment in old] != old_sizes
         ):
             return False
+        # The cleaner keeps transactional batches and markers whole, so the aborted transactions the old
+        # segments' .txnindex files list stay true of the cleaned one: they move to its index, written
+        # whole before the others go (a kill in between leaves orphans that the next open adopts, see
+        # `_adopt_orphan_transaction_indexes`, and reads tolerate an entry listed twice).
+        carried: list[AbortedTxn] = []
+        for segment in old:
+            index = self._txn_indexes.pop(segment.base_offset, None)
+            if index is not None:
+                carried.extend(index.entries)
         self._retire(list(old))
+        if carried:
+            self._txn_index(cleaned.base_offset).replace_entries(carried)
+        for segment in old:
+            if segment.base_offset != cleaned.base_offset:
+                (self.directory / segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
         cleaned.offsets_may_skip = self.config.compact
         self._segments = [*segments[:first], cleaned, *segments[stop:]]
         cleaned.rename_suffix(SWAP_SUFFIX, "")

@@ -95,8 +95,12 @@ def _segment_base_offsets(directory: Path) -> list[int]:
 
 
 def remove_leftovers(directory: Path) -> None:
-    """Delete what a crash can leave behind: retired segment files, temp checkpoints, indexes without a log."""
+    """Delete what a crash can leave behind: retired segment files, temp checkpoints, indexes without a log.
+
+    A .txnindex without its log inside the log's range is kept: it belongs to a segment a cleaner's
+    swap absorbed, and `PartitionLog` moves its entries to the segment that holds its base offset."""
     bases = set(_segment_base_offsets(directory))
+    first = min(bases, default=None)
     for path in directory.iterdir():
         name = path.name
         if name.endswith(DELETED_SUFFIX) or name.endswith(TEMP_SUFFIX):
@@ -104,6 +108,8 @@ def remove_leftovers(directory: Path) -> None:
         elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and (
             not path.stem.isdigit() or int(path.stem) not in bases
         ):
+            if path.suffix == TXN_INDEX_SUFFIX and path.stem.isdigit() and first is not None and int(path.stem) > first:
+                continue
             path.unlink()
 
 

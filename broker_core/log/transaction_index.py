@@ -110,6 +110,17 @@ class TransactionIndex:
             return
         self._rewrite(kept)
 
+    def replace_entries(self, entries: Iterable[AbortedTxn]) -> None:
+        """Make ``entries`` (in marker order) the whole index, written to a new file renamed over the old
+        one and fsynced, so a kill leaves either index whole."""
+        self.entries = tuple(entries)
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        with open(temporary, "wb") as file:
+            file.write(b"".join(entry.encode() for entry in self.entries))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self.path)
+
     def _rewrite(self, entries: Iterable[AbortedTxn]) -> None:
         self.entries = tuple(entries)
         if not self.entries:
@@ -153,4 +164,5 @@ def collect_aborted(
                 done = True
         if done:
             break
-    return found
+    # A kill during a cleaner's swap can leave an entry in two segments' indexes (see replace_segments).
+    return list(dict.fromkeys(found))

@@ -128,3 +128,54 @@ def test_a_marker_for_a_producer_without_an_open_transaction_ends_an_empty_one(t
     offset = writer.marker(42, False)
     assert writer.log.aborted_transactions(0, 10) == [AbortedTxn(42, offset, offset, offset + 1)]
     assert writer.producers.first_unstable_offset() is None
+
+
+def test_a_cleaning_pass_keeps_the_aborted_transactions_of_the_segments_it_merges(tmp_path: Path) -> None:
+    from broker_core.log.cleaner import apply_cleaning, clean, plan_cleaning
+    from broker_core.log.offset_map import OffsetMap
+
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, LogConfig(cleanup_policy="compact", segment_bytes=600,
+                                                 index_interval_bytes=100), topic="t", partition=0)
+    producers = ProducerState(directory)
+    producers.load(log)
+
+    def append(batch: bytes, marker: ControlRecordType | None = None) -> None:
+        info = log.append(batch)
+        done = producers.record(parse_header(batch), info.base_offset, marker=marker, coordinator_epoch=1)
+        if marker is not None and done.aborted:
+            log.append_aborted_transaction(done.aborted_txn())
+
+    sequence = 0
+    for round_number in range(6):
+        # Producer 7's keyed transactional records, aborted; then plain updates of the same keys to compact.
+        append(build_batch([SimpleRecord(key=b"k%d" % k, value=b"aborted" * 20) for k in range(2)], producer_id=7,
+                           producer_epoch=0, base_sequence=sequence, is_transactional=True))
+        sequence += 2
+        append(build_control_batch(ControlRecordType.ABORT, producer_id=7, producer_epoch=0, coordinator_epoch=1),
+               ControlRecordType.ABORT)
+        append(build_batch([SimpleRecord(key=b"k%d" % k, value=b"plain-%d" % round_number) for k in range(2)]))
+    log.roll()
+    before = log.aborted_transactions(0, log.log_end_offset)
+    assert len(before) == 6 and len(list(directory.glob("*.txnindex"))) > 1
+    plan = plan_cleaning(log, high_watermark=log.log_end_offset, producer_last_offsets=frozenset(), now_ms=0,
+                         force=True)
+    assert plan is not None
+    assert apply_cleaning(plan, clean(plan.job, OffsetMap(10_000))) > 0
+    assert log.aborted_transactions(0, log.log_end_offset) == before
+    producers.write_snapshot(log.log_end_offset)
+    log.close()
+    reopened = PartitionLog.open(directory, LogConfig(cleanup_policy="compact", segment_bytes=600), topic="t",
+                                 partition=0)
+    assert reopened.aborted_transactions(0, reopened.log_end_offset) == before
+    reopened.close()
+    # A kill after a swap but before the merge leaves an absorbed segment's index behind (here offset 1,
+    # inside the first segment): the next open moves its entries to the segment now holding that offset.
+    first = directory / "00000000000000000000.txnindex"
+    (directory / "00000000000000000001.txnindex").write_bytes(first.read_bytes())
+    first.unlink()
+    adopted = PartitionLog.open(directory, LogConfig(cleanup_policy="compact", segment_bytes=600), topic="t",
+                                partition=0)
+    assert adopted.aborted_transactions(0, adopted.log_end_offset) == before
+    assert not (directory / "00000000000000000001.txnindex").exists()
+    adopted.close()
