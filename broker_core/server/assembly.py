@@ -61,7 +61,8 @@ def build_broker(config: BrokerConfig) -> Broker:
     producer_ids = ProducerIdAllocator(broker.store)
     transactions = TransactionCoordinator(broker, producer_ids, groups.offsets)
     # KIP-890 part 1: leaders ask the transaction coordinator before a transaction starts on a partition.
-    verifier = TransactionVerifier(broker) if config.get_bool("transaction.partition.verification.enable") else None
+    verifier = (TransactionVerifier(broker, transactions.coordinator_of)
+                if config.get_bool("transaction.partition.verification.enable") else None)
     handlers = RequestHandlers(broker, producer_ids, quotas, remote_reads=tiering.reader, verifier=verifier)
     store = ScramCredentialStore(config.aws, cache_ttl_s=config.get_int("floe.scram.credential.cache.ms") / 1000)
     credentials = ScramCredentialAdmin(store, announce_metadata_change(broker))

@@ -2,8 +2,10 @@
 
 Before the leader appends a transactional batch for a producer that has no open transaction on the
 partition, it asks the producer's transaction coordinator whether the partition was added to the
-transaction: FindCoordinator (key type 1, the transactional id) to this broker's own listener, then
-AddPartitionsToTxn v4 with verify_only to the coordinator, as Kafka's AddPartitionsToTxnManager does.
+transaction: where the coordinator is comes from this broker's own transaction coordinator
+(``coordinator_of``: the answer FindCoordinator key type 1 gives, without a request that an authorizer
+would check against the broker's principal), then AddPartitionsToTxn v4 with verify_only goes to the coordinator, as
+Kafka's AddPartitionsToTxnManager does.
 The coordinator answers per partition (NONE when added; INVALID_TXN_STATE, PRODUCER_FENCED,
 INVALID_PRODUCER_ID_MAPPING otherwise), and that code is the produce's. When the coordinator cannot be
 found or reached the answer is NOT_ENOUGH_REPLICAS, Kafka's retriable stand-in for an unavailable,
@@ -21,7 +23,7 @@ reopened after a failure.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -35,9 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TRANSACTION_KEY_TYPE = 1
 _ADD_PARTITIONS_VERIFY_VERSION = 4
-_FIND_COORDINATOR_VERSION = 4
 # Coordinator errors that mean "ask again later", answered to the producer as NOT_ENOUGH_REPLICAS.
 _RETRIABLE = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                         ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions})
@@ -46,8 +46,9 @@ _RETRIABLE = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coord
 class TransactionVerifier:
     """Asks transaction coordinators, over Kafka's wire protocol, whether partitions are in a transaction."""
 
-    def __init__(self, context: BrokerContext) -> None:
+    def __init__(self, context: BrokerContext, coordinator_of: Callable[[str], Awaitable[int | None]]) -> None:
         self.context = context
+        self.coordinator_of = coordinator_of
         self._connections: dict[int, BrokerConnection] = {}
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -55,7 +56,7 @@ class TransactionVerifier:
         """The coordinator's answer for each (topic, partition): NONE when it is in the transaction."""
         partitions = list(partitions)
         try:
-            coordinator = await self._find_coordinator(transactional_id)
+            coordinator = await self.coordinator_of(transactional_id)
             if coordinator is None:
                 return dict.fromkeys(partitions, ErrorCode.not_enough_replicas)
             answers = await self._ask(coordinator, transactional_id, producer_id, producer_epoch, partitions)
@@ -78,18 +79,6 @@ class TransactionVerifier:
         await connection.connect()
         self._connections[node_id] = connection
         return connection
-
-    async def _find_coordinator(self, transactional_id: str) -> int | None:
-        connection = await self._connection(self.context.config.broker_id)
-        if connection is None:
-            return None
-        request = build_entity(request_class(ApiKey.FIND_COORDINATOR, _FIND_COORDINATOR_VERSION),
-                               {"key_type": TRANSACTION_KEY_TYPE, "coordinator_keys": [transactional_id]})
-        response = await connection.send(ApiKey.FIND_COORDINATOR, request)
-        for coordinator in response.coordinators:
-            if coordinator.error_code == ErrorCode.none:
-                return coordinator.node_id
-        return None
 
     async def _ask(self, node_id: int, transactional_id: str, producer_id: int, producer_epoch: int,
                    partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:

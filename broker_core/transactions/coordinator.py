@@ -197,6 +197,16 @@ class TransactionCoordinator:
         if entry.completing is not None:
             entry.completing.cancel()
 
+    async def coordinator_of(self, transactional_id: str) -> int | None:
+        """The broker coordinating ``transactional_id`` (taking it here if nobody holds it), None when
+        that cannot be known now (for the KIP-890 verifier, which then answers a retriable error)."""
+        try:
+            error, node = await self.locate(transactional_id)
+        except TransactionStoreUnavailableError as exc:
+            log.info("transactional id %s: coordinator unknown: %s", transactional_id, exc)
+            return None
+        return node if error == ErrorCode.none else None
+
     async def locate(self, transactional_id: str) -> tuple[ErrorCode, int]:
         """(error, coordinator broker id) for FindCoordinator, taking the lease when it is free or lapsed."""
         entry = self.held.get(transactional_id)
