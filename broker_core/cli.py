@@ -31,6 +31,7 @@ from broker_core.records import Compression, Record, SimpleRecord
 from broker_core.security.acl_cli import add_acl_commands
 from broker_core.security.cli import add_user_commands
 from broker_core.settings import ConfigError, parse_overrides
+from broker_core.transactions.cli import add_transaction_commands
 
 _PRODUCE_BATCH_LINES = 1000
 _CONSUME_POLL_MS = 500
@@ -473,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--key-separator", default="\t", metavar="SEP", help="between key and value in text output")
     consume.set_defaults(func=_consume)
     add_group_commands(commands, cluster)
+    add_transaction_commands(commands, cluster)
 
     quotas = commands.add_parser("quotas", help="client quotas, as kafka-configs sets them").add_subparsers(
         dest="quotas_command", required=True)

@@ -138,6 +138,13 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("group.max.size", _INT, 2147483647, "Most members a group may have."),
     _broker("offsets.retention.check.interval.ms", _INT, 600000, "How often expired offsets are deleted."),
     _broker("offset.metadata.max.bytes", _INT, 4096, "Largest metadata string of a committed offset."),
+    # Transaction coordinator (KIP-98): producers' transaction timeouts and the abort of abandoned ones.
+    _broker("transaction.max.timeout.ms", _INT, 900000,
+            "Largest transaction.timeout.ms a producer may ask for; InitProducerId refuses more."),
+    _broker("transaction.abort.timed.out.transaction.cleanup.interval.ms", _INT, 10000,
+            "How often the coordinator aborts transactions left open past their timeout."),
+    _broker("floe.transaction.marker.retry.backoff.ms", _INT, 100,
+            "Wait before resending transaction markers a partition leader did not write (leader change, broker down)."),
     # Client quotas (KIP-13, KIP-124, KIP-599): the windows their rates are measured over.
     _broker("quota.window.num", _INT, 11, "Samples a client's byte and request-time rates are measured over."),
     _broker("quota.window.size.seconds", _INT, 1, "Length of one sample of a client's byte and request-time rates."),
@@ -177,6 +184,10 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("remote.log.reader.chunk.bytes", _INT, 4 * 1024 * 1024, "Bytes of one ranged GET of a remote segment.",
             public=False),
     _broker("remote.log.reader.readahead.chunks", _INT, 1, "Chunks a remote read fetches ahead.", public=False),
+    # Transactions, partition side (docs/transactions.md).
+    _broker("transaction.partition.verification.enable", _BOOLEAN, "true",
+            "KIP-890: a leader asks the transaction coordinator before a transactional write opens a transaction "
+            "on a partition, and refuses it (INVALID_TXN_STATE) unless the partition was added to the transaction."),
     # Listener limits (docs/operations.md, "Listener limits"). Kafka's defaults, except
     # queued.max.request.bytes, which Kafka leaves unlimited (-1).
     _broker("queued.max.request.bytes", _INT, 256 * 1024 * 1024,

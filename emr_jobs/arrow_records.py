@@ -81,13 +81,20 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 @dataclass(frozen=True, slots=True)
 class RecordRange:
-    """Which records of which partition to keep: offsets in ``[start_offset, end_offset)``."""
+    """Which records of which partition to keep: offsets in ``[start_offset, end_offset)``, except the
+    transactional batches of the ``aborted`` transactions (producer id, first offset, last offset)."""
 
     topic: str
     partition: int
     start_offset: int
     end_offset: int
     include_headers: bool
+    aborted: tuple[tuple[int, int, int], ...] = ()
+
+    def is_aborted(self, header: BatchHeader) -> bool:
+        """Whether a transactional batch belongs to one of the aborted transactions."""
+        return header.is_transactional and any(
+            pid == header.producer_id and first <= header.base_offset <= last for pid, first, last in self.aborted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +212,8 @@ class _StreamReader:
                 self.finished = True
                 yield from self.flush()
                 return cursor
-            if header.last_offset >= records.start_offset and not header.is_control and header.records_count:
+            if (header.last_offset >= records.start_offset and not header.is_control and header.records_count
+                    and not (records.aborted and records.is_aborted(header))):
                 try:
                     verify_crc(buffer, header, cursor)
                 except CorruptCrcError as error:

@@ -106,6 +106,11 @@ class FloeReader(DataSourceReader):
         # A timestamp lookup and the byte-range cuts may both need a segment's indexes object: fetch it once.
         load_indexes = functools.cache(functools.partial(remote.read_indexes, settings))
         servers = options.bootstrap_servers
+        if servers and options.read_committed:
+            # The broker tail is read with read_uncommitted fetches; rather than rows an aborted
+            # transaction wrote, a clear refusal until tail reads honour the LSO.
+            raise InvalidOptionError("isolationLevel", "read_committed is served from tiered segments only: "
+                                     "add tieredOnly=true (records not yet tiered are then left out)")
         bounds = tail.broker_bounds(servers, options.topic, sorted(all_segments)) if servers else {}
         reads: list[InputPartition] = []
         for partition, segments in all_segments.items():
@@ -119,7 +124,8 @@ class FloeReader(DataSourceReader):
                 functools.partial(self._offset_for_timestamp, segments, load_indexes, partition),
                 log_bounds,
             )
-            reads += plan_segment_reads(options.topic, offsets, segments, options.max_bytes_per_partition, load_indexes)
+            reads += plan_segment_reads(options.topic, offsets, segments, options.max_bytes_per_partition, load_indexes,
+                                        read_committed=options.read_committed)
             if servers:
                 tiered_end = tiered_bounds(segments)[1] if segments else offsets.start_offset
                 start = max(offsets.start_offset, tiered_end)

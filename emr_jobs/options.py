@@ -9,6 +9,10 @@ Names and meanings follow Spark's Kafka source wherever the two overlap, so a jo
     startingTimestamp     ms since the epoch: start each partition at its first record with timestamp >= it
     endingTimestamp       ms since the epoch: stop each partition before its first record with timestamp >= it
     includeHeaders        "true" adds the headers column (default "false")
+    isolationLevel        "read_uncommitted" (default, as Spark's Kafka source leaves kafka.isolation.level)
+                          or "read_committed": leave out the records of aborted transactions, known from
+                          the transaction section of each segment's indexes object (tiering copies only
+                          what lies below the last stable offset, so every transaction read has ended)
     maxBytesPerPartition  split segments into index-aligned byte ranges of at most this many bytes
                           (default 134217728, Spark's spark.sql.files.maxPartitionBytes; a range can
                           only be cut at an index entry, so one index interval plus one batch is the floor)
@@ -55,6 +59,7 @@ _OPTION_NAMES = (
     "startingTimestamp",
     "endingTimestamp",
     "includeHeaders",
+    "isolationLevel",
     "maxBytesPerPartition",
     "kafka.bootstrap.servers",
     "tieredOnly",
@@ -90,6 +95,7 @@ class ReadOptions:
     ending_timestamp: int | None
     include_headers: bool
     max_bytes_per_partition: int
+    read_committed: bool
     aws: AwsSettings
     local_stack: bool
     bootstrap_servers: str | None = None  # None: tiered data only, no broker contacted
@@ -119,6 +125,7 @@ def parse_options(options: Mapping[str, str], environ: Mapping[str, str] | None 
         starting_timestamp=starting_timestamp,
         ending_timestamp=ending_timestamp,
         include_headers=_boolean("includeHeaders", given.get("includeHeaders", "false")),
+        read_committed=_isolation(given.get("isolationLevel", "read_uncommitted")),
         max_bytes_per_partition=_positive_int(
             "maxBytesPerPartition", given.get("maxBytesPerPartition", str(DEFAULT_MAX_BYTES_PER_PARTITION))
         ),
@@ -209,6 +216,13 @@ def _positive_int(option: str, text: str) -> int:
     if value <= 0:
         raise InvalidOptionError(option, f"{value} is not positive")
     return value
+
+
+def _isolation(text: str) -> bool:
+    """Whether ``isolationLevel`` asks for read_committed."""
+    if text not in ("read_committed", "read_uncommitted"):
+        raise InvalidOptionError("isolationLevel", f"{text!r} is neither read_committed nor read_uncommitted")
+    return text == "read_committed"
 
 
 def _boolean(option: str, text: str) -> bool:

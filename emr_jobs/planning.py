@@ -41,7 +41,8 @@ class OffsetRange:
 class SegmentRead(InputPartition):
     """One Spark input partition: bytes ``[byte_start, byte_end)`` of one segment's .log object.
 
-    Only records with ``start_offset <= offset < end_offset`` are returned from it.
+    Only records with ``start_offset <= offset < end_offset`` are returned from it, and none of the
+    ``aborted`` transactions (producer id, first offset, last offset) of a read_committed read.
     """
 
     topic: str
@@ -51,6 +52,7 @@ class SegmentRead(InputPartition):
     byte_end: int
     start_offset: int
     end_offset: int
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 def tiered_bounds(segments: Sequence[RemoteSegment]) -> tuple[int, int]:
@@ -128,12 +130,19 @@ def plan_segment_reads(
     segments: Sequence[RemoteSegment],
     max_bytes_per_partition: int,
     load_indexes: Callable[[RemoteSegment], SegmentIndexes],
+    *,
+    read_committed: bool = False,
 ) -> list[SegmentRead]:
-    """The input partitions covering ``offsets`` of one partition, in offset order."""
+    """The input partitions covering ``offsets`` of one partition, in offset order; with
+    ``read_committed`` each carries the aborted transactions overlapping its segment."""
     reads = []
     for segment in segments:
         if segment.end_offset < offsets.start_offset or segment.base_offset >= offsets.end_offset:
             continue
+        aborted = tuple(
+            (e.producer_id, e.first_offset, e.last_offset)
+            for e in load_indexes(segment).aborted_between(segment.base_offset, segment.end_offset + 1)
+        ) if read_committed else ()
         cut_start = offsets.start_offset > segment.base_offset
         cut_end = offsets.end_offset <= segment.end_offset
         if not (cut_start or cut_end or segment.size_bytes > max_bytes_per_partition):
@@ -153,6 +162,7 @@ def plan_segment_reads(
                     byte_end=byte_end,
                     start_offset=offsets.start_offset,
                     end_offset=offsets.end_offset,
+                    aborted=aborted,
                 )
             )
     return reads

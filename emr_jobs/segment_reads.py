@@ -26,6 +26,7 @@ def read_segment(options: ReadOptions, partition: SegmentRead) -> Iterator[pa.Re
         start_offset=partition.start_offset,
         end_offset=partition.end_offset,
         include_headers=options.include_headers,
+        aborted=partition.aborted,
     )
     chunks = remote.read_range(options.aws, partition.log_key, partition.byte_start, partition.byte_end)
     try:

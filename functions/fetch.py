@@ -9,6 +9,11 @@ never compete with producers for broker disks). Any other offset is fetched from
 leader. Either way the answer holds whole batches' records from the start offset on, at most about
 ``max_bytes`` of batches (at least one batch), cut further so the JSON stays under Lambda's 6 MB
 response limit, plus ``next_offset`` for the next call.
+
+``isolation`` is read_committed by default: the broker is asked for a read_committed Fetch (up to
+the LSO, aborted transactions named and left out), and S3 reads leave out aborted transactions using
+the transaction section of the segment's indexes object (every aborted transaction overlapping the
+segment; only segments below the LSO are tiered, so every transaction in one has ended).
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from broker_core.client import EARLIEST, LATEST, ClientError, FloeClient, KafkaE
 from broker_core.metadata.errors import MetadataUnavailableError, UnknownTopicError
 from broker_core.metadata.state import TopicDescription
 from broker_core.records import Record, decode_batch, parse_header
+from broker_core.records.batch import DecodedBatch
 from broker_core.records.errors import RecordsError, TruncatedBatchError
 from broker_core.records.header import HEADER_SIZE
+from broker_core.records.isolation import committed_batches
 from broker_core.security.acls import AclOperation, ResourceType
 from functions import runtime
 from functions.errors import ApiError, api_error_for, hidden, responses
@@ -58,6 +65,7 @@ _SEGMENTS_TTL_S = 10.0
 _INDEXES_TTL_S = 3600.0
 
 Format = Literal["binary", "string", "json"]
+Isolation = Literal["read_committed", "read_uncommitted"]
 
 
 def _reject_constant(name: str) -> Any:
@@ -135,11 +143,13 @@ def _indexes(container: runtime.Container, segment: RemoteSegment) -> SegmentInd
 
 
 def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: int,
-                max_bytes: int) -> tuple[list[Record], int]:
+                max_bytes: int, *, read_committed: bool = False) -> tuple[list[Record], int]:
     """Records from ``offset`` on out of one remote segment: (records, next offset).
 
     Whole batches only, up to ``max_bytes`` of them except that the first comes whole; the next
-    offset is past the last batch read, or past the segment when its end was reached.
+    offset is past the last batch read, or past the segment when its end was reached. With
+    ``read_committed`` the records of aborted transactions are left out, known from the transaction
+    section of the segment's indexes object.
     """
     indexes = _indexes(container, segment)
     start = indexes.position_for_offset(offset)
@@ -148,7 +158,7 @@ def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: in
     must_start_by = indexes.positions[following] if following < len(indexes.positions) else segment.size_bytes
     end = min(segment.size_bytes, must_start_by + max(max_bytes, HEADER_SIZE))
     buffer = bytearray(_get_range(container, segment.log_key, start, end))
-    records: list[Record] = []
+    taken: list[DecodedBatch] = []
     next_offset = offset
     position = 0
     taken_bytes = 0
@@ -180,13 +190,16 @@ def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: in
             # The codec's message is about the data (a batch's offset, a limit), never about where it is kept.
             raise hidden(HTTPStatus.BAD_GATEWAY, f"the stored data of this partition cannot be read: {error}",
                          error, key=segment.log_key, byte=start + position) from error
-        if not header.is_control:
-            records.extend(record for record in batch.records if record.offset >= offset)
+        taken.append(batch)
         next_offset = header.next_offset
         taken_bytes += header.size
         position += header.size
     if start + position >= segment.size_bytes:
         next_offset = max(next_offset, segment.next_offset)
+    aborted = [(e.producer_id, e.first_offset) for e in indexes.aborted_between(offset, next_offset)
+               ] if read_committed else []
+    records = [record for batch in committed_batches(taken, aborted) for record in batch.records
+               if record.offset >= offset]
     return records, next_offset
 
 
@@ -231,16 +244,17 @@ def _latest_offset(container: runtime.Container, topic: str, partition: int) -> 
 
 
 def _from_s3(container: runtime.Container, description: TopicDescription, partition: int, offset: int,
-             max_bytes: int, *, refresh: bool = False) -> tuple[list[Record], int] | None:
+             max_bytes: int, *, refresh: bool = False, read_committed: bool = False) -> tuple[list[Record], int] | None:
     """(records, next offset) when a remote segment holds ``offset``, else None (the broker has it).
 
     ``refresh`` reads the manifest afresh instead of trusting the cached segment list."""
     for fresh in (refresh, True):
-        segment = _segment_holding(_remote_segments(container, description, partition, refresh=fresh), offset)
+        segments = _remote_segments(container, description, partition, refresh=fresh)
+        segment = _segment_holding(segments, offset)
         if segment is None:
             return None
         try:
-            return read_tiered(container, segment, offset, max_bytes)
+            return read_tiered(container, segment, offset, max_bytes, read_committed=read_committed)
         except BotoClientError as error:
             missing = error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404")
             if missing and not fresh:
@@ -254,9 +268,10 @@ def _from_s3(container: runtime.Container, description: TopicDescription, partit
 
 
 def _from_broker(container: runtime.Container, topic: str, partition: int, offset: int, max_bytes: int,
-                 max_wait_ms: int) -> tuple[list[Record], int, int]:
+                 max_wait_ms: int, read_committed: bool) -> tuple[list[Record], int, int]:
     async def fetch(client: FloeClient) -> Any:
-        return await client.fetch(topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms)
+        return await client.fetch(topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
+                                  read_committed=read_committed)
 
     try:
         result = container.call(fetch)
@@ -307,6 +322,9 @@ def fetch_records(
     max_bytes: Annotated[int, Query(ge=1, le=MAX_MAX_BYTES)] = DEFAULT_MAX_BYTES,
     format: Annotated[Format, Query()] = "binary",
     max_wait_ms: Annotated[int, Query(ge=0, le=10_000, description="long-poll time when no record is there yet")] = 0,
+    isolation: Annotated[Isolation, Query(description="read_committed: only committed transactional records, up "
+                                          "to the last stable offset; read_uncommitted: everything up to the high "
+                                          "watermark")] = "read_committed",
 ) -> FetchResponse:
     if offset is not None and timestamp is not None:
         raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, "give offset or timestamp, not both")
@@ -315,14 +333,14 @@ def fetch_records(
     allowance = container.quotas.fetch_allowance(principal)
     if allowance.tokens is not None:  # no more than the caller's quota bucket holds (at least one batch)
         max_bytes = max(1, min(max_bytes, int(allowance.tokens)))
-    answer = _read(container, topic, partition, offset, timestamp, max_bytes, format, max_wait_ms)
+    answer = _read(container, topic, partition, offset, timestamp, max_bytes, format, max_wait_ms, isolation)
     if allowance.tokens is not None:
         container.quotas.fetched(principal, len(answer.model_dump_json()))
     return answer
 
 
 def _read(container: runtime.Container, topic: str, partition: int, offset: int | None, timestamp: int | None,
-          max_bytes: int, format: Format, max_wait_ms: int) -> FetchResponse:
+          max_bytes: int, format: Format, max_wait_ms: int, isolation: Isolation) -> FetchResponse:
     description = _describe(container, topic)
     if partition >= description.num_partitions:
         raise ApiError(HTTPStatus.NOT_FOUND, f"topic {topic!r} has no partition {partition} "
@@ -334,18 +352,20 @@ def _read(container: runtime.Container, topic: str, partition: int, offset: int 
             return FetchResponse(topic_name=topic, partition_id=partition, records=[], next_offset=latest,
                                  high_watermark=latest, source="broker")
     tiered = is_tiered(description.configs)
+    read_committed = isolation == "read_committed"
     if tiered:
-        from_s3 = _from_s3(container, description, partition, offset, max_bytes)
+        from_s3 = _from_s3(container, description, partition, offset, max_bytes, read_committed=read_committed)
         if from_s3 is not None:
             return _s3_answer(topic, partition, from_s3, format)
     try:
         records, next_offset, high_watermark = _from_broker(container, topic, partition, offset, max_bytes,
-                                                            max_wait_ms)
+                                                            max_wait_ms, read_committed)
     except ApiError as error:
         if not tiered or error.status < 500:
             raise
         # The brokers failed us: S3 may hold the offset by now, though the cached manifest said not.
-        from_s3 = _from_s3(container, description, partition, offset, max_bytes, refresh=True)
+        from_s3 = _from_s3(container, description, partition, offset, max_bytes, refresh=True,
+                           read_committed=read_committed)
         if from_s3 is None:
             raise
         return _s3_answer(topic, partition, from_s3, format)

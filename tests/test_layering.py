@@ -22,12 +22,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cluster metadata, client quotas and security", ("broker_core.metadata", "broker_core.quotas", "broker_core.security")),
     ("Kafka client", ("broker_core.client",)),
     ("request path", ("broker_core.server",)),
-    ("broker services", ("broker_core.replication", "broker_core.groups")),
+    ("broker services", ("broker_core.replication", "broker_core.groups", "broker_core.transactions")),
     ("tiered storage", ("tiered_storage",)),
     ("entry points", (
         "broker_core.server.assembly", "broker_core.server.__main__", "broker_core.cli",
-        "broker_core.groups.cli", "broker_core.security.cli", "broker_core.security.acl_cli", "broker_core.local_moto",
-        "broker_core.local_stack", "broker_core.demo", "broker_core.secured_demo",
+        "broker_core.groups.cli", "broker_core.transactions.cli", "broker_core.security.cli",
+        "broker_core.security.acl_cli", "broker_core.local_moto", "broker_core.local_stack", "broker_core.demo",
+        "broker_core.secured_demo",
         "functions", "emr_jobs",
     )),
 )

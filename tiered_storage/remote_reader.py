@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker_core.log.errors import OffsetOutOfRangeError
+from broker_core.log.transaction_index import AbortedTxn
 from broker_core.protocol.messages import EARLIEST_TIMESTAMP
 from broker_core.records.batch import decode_batch
 from broker_core.records.errors import RecordsError
@@ -384,6 +385,23 @@ class RemoteLogReader:
             following.next_offset, following.next_position = window.next_offset, 0
             following.chunks.append(self._chunk(following.segment, 0, chunk_bytes))
         self._drop_window(partition, segment)
+
+    # -- read_committed ----------------------------------------------------------------------
+
+    async def aborted_transactions(
+        self, partition: TieredPartition, fetch_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset) for a read_committed
+        read of the remote segment holding ``fetch_offset``, from its indexes object (which lists every
+        aborted transaction overlapping the segment). Raises RemoteStorageError when S3 fails."""
+        segment = await self._segment_for(partition, fetch_offset)
+        if segment is None:
+            return []
+        try:
+            indexes = await self._indexes_for(segment)
+        except ObjectStoreError as err:
+            raise RemoteStorageError(str(err)) from err
+        return indexes.aborted_between(fetch_offset, upper_bound_offset)
 
     # -- list offsets ------------------------------------------------------------------------
 

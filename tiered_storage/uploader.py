@@ -2,7 +2,8 @@
 
 KIP-405's copy task, run by the tiering service for every partition this broker leads on a topic
 with ``remote.storage.enable=true``. A segment is ready when it is sealed (not the active segment)
-and its last offset is below the high watermark, so only committed data is tiered. For each ready
+and its last offset is below the last stable offset (the high watermark, or the first offset of an
+open transaction), so only committed data, and no transaction still open, is tiered. For each ready
 segment the uploader writes a COPY_STARTED manifest row, uploads the ".indexes" object
 (`tiered_storage.indexes`) and the .log bytes as one object (multipart when large), then commits
 the row COPY_FINISHED (`ManifestStore.finish_copy`); commits go strictly in offset order. Where to resume comes from
@@ -69,6 +70,9 @@ class TieredPartition(Protocol):
 
     @property
     def is_leader(self) -> bool: ...
+
+    @property
+    def last_stable_offset(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +304,9 @@ class PartitionUploader:
         try:
             while self.still_leading:
                 while len(in_flight) < self.segments_in_flight:
-                    candidate = next_candidate(self.partition.log, self.partition.high_watermark, planned_end)
+                    # Only what lies below the LSO, as Kafka's RemoteLogManager copies: every transaction
+                    # begun in a tiered segment has ended, so remote read_committed reads can settle it.
+                    candidate = next_candidate(self.partition.log, self.partition.last_stable_offset, planned_end)
                     if candidate is None:
                         break
                     in_flight.append(asyncio.create_task(self._copy(candidate)))
@@ -360,7 +366,11 @@ class PartitionUploader:
             epochs = segment_epochs(
                 partition.log.leader_epochs.entries, candidate.base_offset, candidate.end_offset
             )
-            indexes = encode_indexes(candidate.base_offset, offset_index, time_index, epochs)
+            # Every aborted transaction overlapping the range, its marker here or in a later local
+            # segment: below the LSO all of them have ended, so a reader needs no other segment's.
+            aborted = partition.log.aborted_transactions(candidate.base_offset, candidate.end_offset + 1)
+            indexes = encode_indexes(candidate.base_offset, offset_index, time_index, epochs,
+                                     aborted_transactions=aborted)
             row = await self._manifest(
                 self.manifest.start_copy,
                 topic=partition.topic,

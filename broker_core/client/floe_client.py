@@ -82,6 +82,11 @@ def _millis(value: datetime.datetime | None) -> int:
     return -1 if value is None else int(value.timestamp() * 1000)
 
 
+# One partition's fetch answer: records bytes, high watermark, log start offset and the aborted
+# transactions (producer id, first offset) a read_committed fetch names.
+_FetchedPartition = tuple[bytes, int, int, tuple[tuple[int, int], ...]]
+
+
 class FloeClient:
     """A Kafka client for one cluster: admin calls, produce, fetch and offsets.
 
@@ -577,10 +582,12 @@ class FloeClient:
     # fetch -------------------------------------------------------------------------------------
 
     async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
-                    max_wait_ms: int = 500, min_bytes: int = 1) -> FetchResult:
+                    max_wait_ms: int = 500, min_bytes: int = 1, read_committed: bool = False) -> FetchResult:
         """Records from ``offset`` on (at least one whole batch if any exists, even past ``max_bytes``),
-        waiting up to ``max_wait_ms`` for ``min_bytes`` to be available."""
-        found = await self._fetch_partitions(topic, {partition: offset}, max_bytes, max_bytes, max_wait_ms, min_bytes)
+        waiting up to ``max_wait_ms`` for ``min_bytes`` to be available. ``read_committed`` reads up to
+        the last stable offset and leaves out the records of aborted transactions."""
+        found = await self._fetch_partitions(topic, {partition: offset}, max_bytes, max_bytes, max_wait_ms, min_bytes,
+                                             read_committed=read_committed)
         return decode_fetch(offset, *found[partition])
 
     async def fetch_many(self, topic: str, offsets: Mapping[int, int], *, max_bytes: int = 50 * 1024 * 1024,
@@ -595,7 +602,7 @@ class FloeClient:
                         max_wait_ms: int = 500, min_bytes: int = 1) -> RawFetchResult:
         """Like `fetch`, but the records bytes are not decoded (only batch headers are read)."""
         found = await self._fetch_partitions(topic, {partition: offset}, max_bytes, max_bytes, max_wait_ms, min_bytes)
-        raw, high_watermark, log_start = found[partition]
+        raw, high_watermark, log_start, _ = found[partition]
         next_offset = offset
         try:
             for _, header in iter_headers(raw, check_crc=False):
@@ -605,11 +612,12 @@ class FloeClient:
         return RawFetchResult(raw, high_watermark, log_start, next_offset)
 
     async def _fetch_partitions(self, topic: str, offsets: Mapping[int, int], max_bytes: int,
-                                partition_max_bytes: int, max_wait_ms: int,
-                                min_bytes: int) -> dict[int, tuple[bytes, int, int]]:
-        """(records bytes, high watermark, log start offset) per partition, retrying retriable errors."""
+                                partition_max_bytes: int, max_wait_ms: int, min_bytes: int, *,
+                                read_committed: bool = False) -> dict[int, _FetchedPartition]:
+        """(records bytes, high watermark, log start offset, aborted transactions) per partition,
+        retrying retriable errors."""
         remaining = dict(offsets)
-        results: dict[int, tuple[bytes, int, int]] = {}
+        results: dict[int, _FetchedPartition] = {}
         last_error: ClientError | None = None
         for attempt in range(self.retries + 1):
             if attempt:
@@ -620,7 +628,7 @@ class FloeClient:
                 self.topics.pop(topic, None)
             outcomes = await asyncio.gather(
                 *(self._fetch_from(leader, topic, leader_offsets, max_bytes, partition_max_bytes, max_wait_ms,
-                                   min_bytes) for leader, leader_offsets in by_leader.items()),
+                                   min_bytes, read_committed) for leader, leader_offsets in by_leader.items()),
                 return_exceptions=True,
             )
             for outcome in outcomes:
@@ -648,12 +656,13 @@ class FloeClient:
         raise last_error
 
     async def _fetch_from(self, leader: int, topic: str, offsets: dict[int, int], max_bytes: int,
-                          partition_max_bytes: int, max_wait_ms: int,
-                          min_bytes: int) -> dict[int, tuple[ErrorCode, tuple[bytes, int, int]]]:
+                          partition_max_bytes: int, max_wait_ms: int, min_bytes: int,
+                          read_committed: bool = False) -> dict[int, tuple[ErrorCode, _FetchedPartition]]:
         connection = await self._connection(leader, _FETCH_LANE)
         response = await connection.send(ApiKey.FETCH, {
             "replica_id": -1, "max_wait": datetime.timedelta(milliseconds=max_wait_ms), "min_bytes": min_bytes,
-            "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "max_bytes": max_bytes, "isolation_level": 1 if read_committed else 0, "session_id": 0,
+            "session_epoch": -1,
             "topics": [{"topic": topic, "partitions": [
                 {"partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
                  "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": partition_max_bytes}
@@ -665,8 +674,9 @@ class FloeClient:
         for topic_response in response.responses:
             for data in topic_response.partitions:
                 code = request_error if request_error != ErrorCode.none else data.error_code
+                aborted = tuple((a.producer_id, a.first_offset) for a in data.aborted_transactions or ())
                 outcome[data.partition_index] = (code, (bytes(data.records or b""), data.high_watermark,
-                                                        getattr(data, "log_start_offset", -1)))
+                                                        getattr(data, "log_start_offset", -1), aborted))
         missing = set(offsets) - set(outcome)
         if missing:
             raise ClientError(f"Fetch response for {topic} omits partitions {sorted(missing)}")

@@ -9,9 +9,11 @@ the next fetch starts. `decode_fetch` turns a partition's records bytes into a `
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker_core.records import Record, iter_batches
+from broker_core.records.isolation import committed_batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,14 +79,15 @@ class RawFetchResult:
     next_offset: int
 
 
-def decode_fetch(offset: int, raw: bytes, high_watermark: int, log_start: int) -> FetchResult:
-    """The records at or after ``offset`` in a partition's fetched bytes (control batches skipped)."""
+def decode_fetch(offset: int, raw: bytes, high_watermark: int, log_start: int,
+                 aborted_transactions: Sequence[tuple[int, int]] = ()) -> FetchResult:
+    """The records at or after ``offset`` in a partition's fetched bytes (control batches skipped, and
+    the batches of the ``aborted_transactions`` a read_committed fetch names)."""
     records: list[Record] = []
-    next_offset = offset
-    for batch in iter_batches(raw, ignore_truncated_tail=True):
-        next_offset = max(next_offset, batch.header.next_offset)
-        if batch.header.is_control:
-            continue
+    batches = list(iter_batches(raw, ignore_truncated_tail=True))
+    next_offset = max([offset, *(batch.header.next_offset for batch in batches)])
+    for batch in committed_batches(batches, aborted_transactions):
         # A compressed batch is sent whole, so it may start before the offset asked for.
         records.extend(r for r in batch.records if r.offset >= offset)
     return FetchResult(records, high_watermark, log_start, next_offset, len(raw))
+

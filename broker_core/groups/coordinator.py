@@ -28,6 +28,7 @@ from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, respond
 from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.server.authorization import allowed, authorized_operations, cluster_allowed
+from broker_core.transactions.errors import TransactionStoreUnavailableError
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import GroupState, join_error, sync_error
@@ -61,6 +62,12 @@ class GroupCoordinator:
         self.membership = GroupMembership(self.ownership, context.config)
         self.offsets = GroupOffsets(self.ownership, context)
         self._tasks: list[asyncio.Task] = []
+        # FindCoordinator key types other than groups', served by other coordinators (transactions).
+        self._locators: dict[int, Callable[[str], Awaitable[tuple[ErrorCode, int]]]] = {}
+
+    def add_locator(self, key_type: int, locate: Callable[[str], Awaitable[tuple[ErrorCode, int]]]) -> None:
+        """Answer FindCoordinator for ``key_type`` with ``locate(key)`` -> (error, coordinator broker id)."""
+        self._locators[key_type] = locate
 
     def api_handlers(self) -> dict[ApiKey, Callable[[Request], Awaitable[Any]]]:
         """The group APIs this service serves, for the broker's request handlers."""
@@ -74,7 +81,8 @@ class GroupCoordinator:
             ApiKey.LEAVE_GROUP: self._reading_group(membership.leave_group,
                                                     lambda _: {"error_code": _REFUSED, "members": []}),
             ApiKey.OFFSET_COMMIT: offsets.offset_commit,
-            ApiKey.OFFSET_FETCH: offsets.offset_fetch, ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.OFFSET_FETCH: offsets.offset_fetch, ApiKey.TXN_OFFSET_COMMIT: offsets.txn_offset_commit,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.LIST_GROUPS: self.list_groups, ApiKey.DELETE_GROUPS: self.delete_groups,
             ApiKey.OFFSET_DELETE: offsets.offset_delete,
         }
@@ -133,16 +141,17 @@ class GroupCoordinator:
                     answer["error_code"] = (_REFUSED if key_type == GROUP_KEY_TYPE
                                             else ErrorCode.transactional_id_authorization_failed)
                     continue
-            if key_type != GROUP_KEY_TYPE:
-                answer["error_code"] = ErrorCode.coordinator_not_available
-                answer["error_message"] = "Floe coordinates consumer groups only (no transactions)"
+            locate = self.ownership.locate if key_type == GROUP_KEY_TYPE else self._locators.get(key_type)
+            if locate is None:
+                answer["error_code"] = ErrorCode.invalid_request
+                answer["error_message"] = f"unknown coordinator key type {key_type}"
                 continue
             if not key:
-                answer["error_code"] = ErrorCode.invalid_group_id
+                answer["error_code"] = ErrorCode.invalid_group_id if key_type == GROUP_KEY_TYPE else ErrorCode.invalid_request
                 continue
             try:
-                error, node = await self.ownership.locate(key)
-            except GroupStoreUnavailableError as exc:
+                error, node = await locate(key)
+            except (GroupStoreUnavailableError, TransactionStoreUnavailableError) as exc:
                 log.warning("FindCoordinator %s: %s", key, exc)
                 error, node = ErrorCode.coordinator_not_available, -1
             answer["error_code"] = error

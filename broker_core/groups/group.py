@@ -123,6 +123,8 @@ class ConsumerGroup:
     static_members: dict[str, str] = field(default_factory=dict)
     pending_members: dict[str, float] = field(default_factory=dict)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # Offsets committed by open transactions (TxnOffsetCommit), by producer id, until their marker.
+    pending_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     state_timestamp_ms: int = 0
     persisted_generation: int = 0
     rebalance_deadline: float = 0.0
@@ -292,7 +294,7 @@ class ConsumerGroup:
     @property
     def exists(self) -> bool:
         """Whether the group ever had members or offsets (a bare lease does not make a group)."""
-        return bool(self.members or self.offsets or self.protocol_type or self.generation)
+        return bool(self.members or self.offsets or self.pending_offsets or self.protocol_type or self.generation)
 
     def summary(self) -> dict[str, Any]:
         """The DescribeGroups entry: member metadata and assignments only once Stable, like Kafka."""

@@ -72,6 +72,11 @@ def offset_partition_key(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
 
 
+def pending_offset_key(producer_id: int, topic: str, partition: int) -> str:
+    # Topic names hold no ':', so a committed offset's key never has three of them.
+    return f"txn:{producer_id}:{topic}:{partition}"
+
+
 class ProtocolAttribute(MapAttribute):
     """One (name, metadata) pair a member offered in JoinGroup."""
 
@@ -116,6 +121,9 @@ class OffsetItem(Model):
     commit_timestamp_ms = NumberAttribute()
     expire_timestamp_ms = NumberAttribute(null=True)
     coordinator_epoch = NumberAttribute()
+    # Set on an offset a transaction committed (TxnOffsetCommit) that waits for its marker; its
+    # partition_key is then `pending_offset_key`.
+    pending_producer_id = NumberAttribute(null=True)
 
 
 class HttpGroupItem(Model):

@@ -28,8 +28,8 @@ from kio.schema.errors import ErrorCode
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import ConsumerGroup, GroupState
-from .lease import LeaseObserver
-from .store import NO_HOLDER, GroupLease, GroupStore, StoredGroup
+from .lease import KeyedLocks, LeaseObserver, claim_lease
+from .store import GroupLease, GroupStore, StoredGroup
 
 if TYPE_CHECKING:
     from broker_core.server.context import BrokerContext
@@ -60,7 +60,7 @@ class GroupOwnership:
         self.lease_duration_ms = context.config.get_int("broker.session.timeout.ms")
         self.groups: dict[str, ConsumerGroup] = {}
         self._observer = LeaseObserver()
-        self._acquiring: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._acquiring = KeyedLocks()
         self._executor: ThreadPoolExecutor | None = None
         self._stopped = False
 
@@ -119,19 +119,8 @@ class GroupOwnership:
         held = self.groups.get(group_id)
         if held is not None and self.now() <= held.lease_valid_until:
             return ErrorCode.none, self.broker_id
-        # One acquisition at a time per group on this broker, or two concurrent lookups could each
-        # see the other's fresh lease as a stale one of this broker and take it over.
-        lock, users = self._acquiring.get(group_id, (asyncio.Lock(), 0))
-        self._acquiring[group_id] = (lock, users + 1)
-        try:
-            async with lock:
-                return await self._locate_locked(group_id)
-        finally:
-            lock, users = self._acquiring[group_id]
-            if users == 1:
-                del self._acquiring[group_id]
-            else:
-                self._acquiring[group_id] = (lock, users - 1)
+        async with self._acquiring.hold(group_id):
+            return await self._locate_locked(group_id)
 
     async def _locate_locked(self, group_id: str) -> tuple[ErrorCode, int]:
         held = self.groups.get(group_id)
@@ -139,26 +128,22 @@ class GroupOwnership:
             return ErrorCode.none, self.broker_id
         if held is not None:
             self.unload(held)
-        for _ in range(3):
-            sent_at = self.now()
+
+        async def read() -> GroupLease | None:
             stored = await self.io(self.store.read_group, group_id)
-            if stored is None:
-                lease = await self.io(self.store.create_lease, group_id, self.broker_id, self.lease_duration_ms)
-            elif stored.lease.holder in (NO_HOLDER, self.broker_id) or self._observer.lapsed(stored.lease, sent_at):
-                # Free, released, lapsed, or left by an earlier run of this broker (which is dead:
-                # the broker registration fences it): take it with a write conditional on what we saw.
-                lease = await self.io(self.store.take_lease, stored.lease, self.broker_id, self.lease_duration_ms)
-            else:
-                holder = stored.lease.holder
-                live = {b.broker_id for b in self.context.image.live_brokers()}
-                return (ErrorCode.none, holder) if holder in live else (ErrorCode.coordinator_not_available, -1)
-            if lease is not None:
-                self._observer.forget(group_id)
-                log.info("broker %d coordinates group %s at epoch %d", self.broker_id, group_id,
-                         lease.coordinator_epoch)
-                await self._load(lease, sent_at)
-                return ErrorCode.none, self.broker_id
-        return ErrorCode.coordinator_not_available, -1
+            return stored.lease if stored is not None else None
+
+        claim = await claim_lease(
+            read=read, create=lambda: self.io(self.store.create_lease, group_id, self.broker_id, self.lease_duration_ms),
+            take=lambda seen: self.io(self.store.take_lease, seen, self.broker_id, self.lease_duration_ms),
+            observer=self._observer, broker_id=self.broker_id,
+            live_brokers=lambda: {b.broker_id for b in self.context.image.live_brokers()}, now=self.now)
+        if claim.lease is not None:
+            log.info("broker %d coordinates group %s at epoch %d", self.broker_id, group_id,
+                     claim.lease.coordinator_epoch)
+            await self._load(claim.lease, claim.acquired_at)
+            return ErrorCode.none, self.broker_id
+        return (ErrorCode.none, claim.holder) if claim.holder >= 0 else (ErrorCode.coordinator_not_available, -1)
 
     async def _load(self, lease: GroupLease, acquired_at: float) -> None:
         group = ConsumerGroup(group_id=lease.group_id, coordinator_epoch=lease.coordinator_epoch,
@@ -167,6 +152,7 @@ class GroupOwnership:
         try:
             stored: StoredGroup | None = await self.io(self.store.read_group, lease.group_id)
             offsets = await self.io(self.store.load_offsets, lease.group_id)
+            pending = await self.io(self.store.load_pending_offsets, lease.group_id)
         except GroupStoreUnavailableError:
             self.unload(group)
             raise
@@ -175,6 +161,7 @@ class GroupOwnership:
             return
         group.restore(stored.record, self.now())
         group.offsets = offsets
+        group.pending_offsets = pending
         group.loading = False
         if group.members and stored.record.state != GroupState.STABLE.value:
             # The previous coordinator stopped between a rebalance's join and sync phases.

@@ -43,6 +43,7 @@ from broker_core.dynamodb_tables import (
 )
 
 from .errors import CoordinatorFencedError, GroupError, GroupStoreUnavailableError
+from .lease import NO_HOLDER
 from .models import (
     GroupItem,
     GroupModels,
@@ -54,9 +55,9 @@ from .models import (
     bind_group_models,
     bind_http_group_models,
     offset_partition_key,
+    pending_offset_key,
 )
 
-NO_HOLDER = -1
 _TRANSACTION_ITEMS = 99  # one transaction item is the condition check on the group
 _unavailable_on_error = failures_as(GroupStoreUnavailableError, GroupError)
 
@@ -70,6 +71,10 @@ class GroupLease:
     coordinator_epoch: int
     heartbeat: int
     lease_duration_ms: int
+
+    @property
+    def key(self) -> str:
+        return self.group_id
 
     @property
     def observation(self) -> tuple[int, int, int]:
@@ -322,11 +327,52 @@ class GroupStore:
 
     @_unavailable_on_error
     def load_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        """Every committed offset of the group (consistent query)."""
+        """Every committed offset of the group (consistent query), without transactions' pending ones."""
         return {
             (item.topic, int(item.partition)): _offset_from_item(item)
-            for item in self._offset_items(group_id)
+            for item in self._offset_items(group_id) if item.pending_producer_id is None
         }
+
+    @_unavailable_on_error
+    def load_pending_offsets(self, group_id: str) -> dict[int, dict[tuple[str, int], CommittedOffset]]:
+        """The offsets open transactions committed to the group, by producer id."""
+        pending: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
+        for item in self._offset_items(group_id):
+            if item.pending_producer_id is not None:
+                offsets = pending.setdefault(int(item.pending_producer_id), {})
+                offsets[(item.topic, int(item.partition))] = _offset_from_item(item)
+        return pending
+
+    @_unavailable_on_error
+    def put_pending_offset(self, group_id: str, producer_id: int, topic: str, partition: int,
+                           committed: CommittedOffset, coordinator_epoch: int) -> None:
+        """Write an offset a transaction committed, to become a committed offset on its commit marker."""
+        model = self.models.offset
+        item = model(
+            group_id, pending_offset_key(producer_id, topic, partition), topic=topic, partition=partition,
+            committed_offset=committed.offset, leader_epoch=committed.leader_epoch, metadata=committed.metadata,
+            commit_timestamp_ms=committed.commit_timestamp_ms, coordinator_epoch=coordinator_epoch,
+            pending_producer_id=producer_id,
+        )
+        condition = model.group_id.does_not_exist() | (model.coordinator_epoch <= coordinator_epoch)
+        try:
+            item.save(condition=condition)
+        except PynamoDBException as err:
+            if condition_failed(err):
+                raise CoordinatorFencedError(group_id, coordinator_epoch, f"pending {topic}-{partition}") from err
+            raise
+
+    @_unavailable_on_error
+    def delete_pending_offset(self, group_id: str, producer_id: int, topic: str, partition: int,
+                              coordinator_epoch: int) -> None:
+        model = self.models.offset
+        condition = model.group_id.does_not_exist() | (model.coordinator_epoch <= coordinator_epoch)
+        try:
+            model(group_id, pending_offset_key(producer_id, topic, partition)).delete(condition)
+        except PynamoDBException as err:
+            if condition_failed(err):
+                raise CoordinatorFencedError(group_id, coordinator_epoch, f"pending {topic}-{partition}") from err
+            raise
 
     def _offset_items(self, group_id: str) -> Iterator[OffsetItem]:
         return self.models.offset.query(group_id, consistent_read=True)

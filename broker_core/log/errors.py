@@ -7,7 +7,7 @@ log adds: index files, offsets, sizes, leader epochs and checkpoint files.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePath
 
 
 class LogError(Exception):
@@ -105,3 +105,14 @@ class CorruptCheckpointError(LogError):
         self.path = path
         self.reason = reason
         self.line = line
+
+
+class CorruptTransactionIndexError(LogError):
+    """A .txnindex file is not a whole number of entries or its entries go backwards."""
+
+    def __init__(self, path: PurePath, reason: str, *, entry: int | None = None) -> None:
+        where = "" if entry is None else f" at entry {entry}"
+        super().__init__(f"corrupt transaction index {path}{where}: {reason}")
+        self.path = path
+        self.reason = reason
+        self.entry = entry

@@ -3,7 +3,8 @@
 `PartitionLog` is what the broker appends produce requests to, what followers append replicated
 batches to, what fetches read from (as file slices for sendfile) and what retention trims. Its
 directory is `<data>/<topic>-<partition>/` and holds `<20-digit base offset>.log|.index|.timeindex`
-per segment, `leader-epoch-checkpoint`, `recovery-point` and `log-start-offset`. This module keeps
+per segment (and `.txnindex` for a segment holding ABORT markers), `leader-epoch-checkpoint`,
+`recovery-point` and `log-start-offset`. This module keeps
 the segment list, the offsets and checkpoints and the order of the steps; the decisions live beside
 it: `append` (batch checks and offset assignment), `recovery` (opening after a crash), `retention`
 (which segments go) and `retired_segments` (when their files go).
@@ -42,14 +43,16 @@ from .config import LogConfig
 from .errors import (
     CorruptCheckpointError,
     LeaderEpochOutOfOrderError,
+    LogError,
     OffsetOutOfRangeError,
 )
 from .leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpoint
 from .recovery import recover_segments, remove_leftovers
 from .retention import retention_rule
 from .retired_segments import RetiredSegments
-from .segment import FileSlice, Segment
+from .segment import FileSlice, Segment, segment_file_name
 from .swap import SWAP_SUFFIX, finish_swaps
+from .transaction_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex, collect_aborted
 
 __all__ = ["AppendInfo", "PartitionLog"]
 
@@ -127,6 +130,10 @@ class PartitionLog:
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
         self._has_flush_policy = config.flush_messages is not None or config.flush_ms is not None
+        # Segment base offset -> its transaction index; filled by `load_transaction_indexes`.
+        self._txn_indexes: dict[int, TransactionIndex] = {}
+        # True after a corrupt .txnindex was found on open, until a scan from the log start rebuilt them.
+        self.transaction_indexes_lost = False
 
     # ---------------------------------------------------------------- opening and recovery
 
@@ -180,6 +187,7 @@ class PartitionLog:
             recovery_point=min(recovery_point, log_end_offset),
             monotonic_clock=monotonic_clock,
         )
+        log._load_transaction_indexes()
         if recovered_any or swap_finished:
             log._directory_dirty = True
             log._write_log_start_offset()
@@ -381,6 +389,9 @@ class PartitionLog:
                 or segment is segments[-1]
             ):
                 segment.flush(fsync=True)
+                index = self._txn_indexes.get(segment.base_offset)
+                if index is not None:
+                    index.flush()
         if self._directory_dirty:
             fsync_directory(self.directory)
             self._directory_dirty = False
@@ -484,6 +495,73 @@ class PartitionLog:
         """OffsetsForLeaderEpoch: (epoch, end offset) as LeaderEpochCheckpoint.end_offset_for at the log end."""
         return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
+    # ---------------------------------------------------------------- transaction indexes
+
+    def _txn_index(self, base_offset: int) -> TransactionIndex:
+        index = self._txn_indexes.get(base_offset)
+        if index is None:
+            index = TransactionIndex(self.directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
+            self._txn_indexes[base_offset] = index
+        return index
+
+    def _load_transaction_indexes(self) -> None:
+        """Read every segment's .txnindex; a corrupt one has them all deleted, to be rebuilt from the log start.
+
+        The rebuild is the producer state's scan of the log (`ProducerState.load`), which rewrites the
+        indexes from where it starts: see `truncate_transaction_indexes_from`.
+        """
+        self._txn_indexes = {}
+        try:
+            for segment in self._segments:
+                path = self.directory / segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX)
+                self._txn_indexes[segment.base_offset] = TransactionIndex.open(path)
+            self._adopt_orphan_transaction_indexes()
+        except LogError:
+            for segment in self._segments:
+                (self.directory / segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
+            self._txn_indexes = {}
+            self.transaction_indexes_lost = True
+
+    def _adopt_orphan_transaction_indexes(self) -> None:
+        """A kill after a cleaner's swap became final (its ``.swap`` files) but before its segments'
+        indexes were merged leaves the .txnindex of a segment the cleaned one absorbed: its entries
+        move to the index of the segment that now holds its base offset."""
+        segments = self._segments
+        for path in sorted(self.directory.glob("*" + TXN_INDEX_SUFFIX)):
+            base_offset = int(path.name.partition(".")[0])
+            if base_offset in self._txn_indexes or not segments or base_offset < segments[0].base_offset:
+                continue
+            if base_offset >= self.log_end_offset:  # a truncated segment's, killed before it went
+                path.unlink()
+                continue
+            number = bisect.bisect_right(segments, base_offset, key=lambda s: s.base_offset) - 1
+            owner = self._txn_index(segments[number].base_offset)
+            adopted = sorted({*owner.entries, *TransactionIndex.open(path).entries}, key=lambda e: e.last_offset)
+            owner.replace_entries(adopted)
+            path.unlink()
+
+    def truncate_transaction_indexes_from(self, offset: int) -> None:
+        """Drop every aborted transaction whose marker is at or above ``offset`` (a scan of the log from
+        ``offset`` writes them again); from the log start, lost indexes count as rebuilt."""
+        for index in self._txn_indexes.values():
+            index.truncate_from(offset)
+        if offset <= self._log_start_offset:
+            self.transaction_indexes_lost = False
+
+    def append_aborted_transaction(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction in the index of the segment holding its marker."""
+        segments = self._segments
+        number = max(0, bisect.bisect_right(segments, entry.last_offset, key=lambda s: s.base_offset) - 1)
+        self._txn_index(segments[number].base_offset).append(entry)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound_offset) must be told of."""
+        segments = self._segments
+        number = max(0, bisect.bisect_right(segments, fetch_offset, key=lambda s: s.base_offset) - 1)
+        indexes = [self._txn_indexes[s.base_offset].entries for s in segments[number:]
+                   if s.base_offset in self._txn_indexes]
+        return collect_aborted(indexes, fetch_offset, upper_bound_offset)
+
     # ---------------------------------------------------------------- truncation and deletion
 
     def truncate_to(self, offset: int, *, now_ms: int | None = None) -> bool:
@@ -506,6 +584,7 @@ class PartitionLog:
         self._segments = segments[:keep]
         self._retire(removed)
         self._segments[-1].truncate_to(offset, now)
+        self.truncate_transaction_indexes_from(offset)
         log_end_offset = self.log_end_offset
         self.leader_epochs.truncate_from_end(log_end_offset)
         if self._recovery_point > log_end_offset:
@@ -625,7 +704,21 @@ class PartitionLog:
             or [segment.size for segment in old] != old_sizes
         ):
             return False
+        # The cleaner keeps transactional batches and markers whole, so the aborted transactions the old
+        # segments' .txnindex files list stay true of the cleaned one: they move to its index, written
+        # whole before the others go (a kill in between leaves orphans that the next open adopts, see
+        # `_adopt_orphan_transaction_indexes`, and reads tolerate an entry listed twice).
+        carried: list[AbortedTxn] = []
+        for segment in old:
+            index = self._txn_indexes.pop(segment.base_offset, None)
+            if index is not None:
+                carried.extend(index.entries)
         self._retire(list(old))
+        if carried:
+            self._txn_index(cleaned.base_offset).replace_entries(carried)
+        for segment in old:
+            if segment.base_offset != cleaned.base_offset:
+                (self.directory / segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
         cleaned.offsets_may_skip = self.config.compact
         self._segments = [*segments[:first], cleaned, *segments[stop:]]
         cleaned.rename_suffix(SWAP_SUFFIX, "")
@@ -635,6 +728,10 @@ class PartitionLog:
     def _retire(self, segments: list[Segment]) -> None:
         """Take segments out of service: rename to *.deleted now, close and unlink after file.delete.delay.ms."""
         self._retired.retire(segments)
+        for segment in segments:
+            index = self._txn_indexes.pop(segment.base_offset, None)
+            if index is not None:
+                index.delete()
         if segments:
             self._directory_dirty = True
 

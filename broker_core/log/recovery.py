@@ -19,6 +19,7 @@ from .config import LogConfig
 from .errors import CorruptIndexError
 from .leader_epoch import LeaderEpochCheckpoint
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
+from .transaction_index import TXN_INDEX_SUFFIX
 
 
 def recover_segments(
@@ -94,15 +95,21 @@ def _segment_base_offsets(directory: Path) -> list[int]:
 
 
 def remove_leftovers(directory: Path) -> None:
-    """Delete what a crash can leave behind: retired segment files, temp checkpoints, indexes without a log."""
+    """Delete what a crash can leave behind: retired segment files, temp checkpoints, indexes without a log.
+
+    A .txnindex without its log inside the log's range is kept: it belongs to a segment a cleaner's
+    swap absorbed, and `PartitionLog` moves its entries to the segment that holds its base offset."""
     bases = set(_segment_base_offsets(directory))
+    first = min(bases, default=None)
     for path in directory.iterdir():
         name = path.name
         if name.endswith(DELETED_SUFFIX) or name.endswith(TEMP_SUFFIX):
             path.unlink()
-        elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and (
+        elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and (
             not path.stem.isdigit() or int(path.stem) not in bases
         ):
+            if path.suffix == TXN_INDEX_SUFFIX and path.stem.isdigit() and first is not None and int(path.stem) > first:
+                continue
             path.unlink()
 
 

@@ -23,6 +23,8 @@ from .api_keys import ApiKey
 # ListOffsets' special timestamps: the log start offset, and the high watermark.
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+# Fetch's and ListOffsets' isolation_level that stops at the last stable offset and names aborted transactions.
+READ_COMMITTED = 1
 # DescribeConfigs' resource types.
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -69,6 +71,13 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),  # v5 is KIP-890 part 2 (an epoch bump per transaction)
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
 

@@ -10,6 +10,11 @@ producer id means finding a principal one controls whose tag collides with it (o
 per principal, and principals are identities a client cannot mint); the tag is not secret and
 need not be, since the writer's principal is authenticated, not claimed.
 
+A transactional producer's id belongs to its transactional id rather than to a principal (any
+principal with WRITE on the id may take the producer over, as in Kafka): the transaction
+coordinator tags it with `transactional_owner(transactional_id)`, and Produce checks a
+transactional batch's producer id against the request's transactional id.
+
 Producer ids handed out while no authorizer was configured carry no tag: after the authorizer is
 turned on, their producers are refused until they ask for a new id. Pure functions; any thread.
 """
@@ -39,3 +44,9 @@ def principal_producer_id(serial: int, principal: str) -> int:
 def owns_producer_id(principal: str, producer_id: int) -> bool:
     """Whether ``producer_id`` was handed to ``principal`` (see the module doc)."""
     return producer_id >= 0 and producer_id & _TAG_MASK == _tag(producer_id >> TAG_BITS, principal)
+
+
+def transactional_owner(transactional_id: str) -> str:
+    """What a transactional id's producer ids are tagged with: never a principal's string (which
+    starts with its principal type, never with a NUL)."""
+    return f"\x00TransactionalId\x00{transactional_id}"

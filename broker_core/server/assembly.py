@@ -1,7 +1,7 @@
 """Builds a broker and the pieces around it, and joins them: the one place the broker is wired.
 
-Each piece (request handlers and listener, replica fetchers, ISR manager, group coordinator, tiering
-service) is handed the `Broker` as its `BrokerContext` and nothing else; the handlers get the group
+Each piece (request handlers and listener, replica fetchers, ISR manager, group and transaction
+coordinators, tiering service) is handed the `Broker` as its `BrokerContext` and nothing else; the handlers get the group
 APIs from the coordinator and the tiering service's reader as their `RemoteReads`. Nothing else in the
 broker imports the services, so the import graph has no circle through `Broker`.
 """
@@ -25,6 +25,8 @@ from broker_core.security.iam import iam_verifier_from_settings, parse_oauthbear
 from broker_core.security.scram import CredentialLookup
 from broker_core.security.tls import server_context
 from broker_core.settings import ConfigError
+from broker_core.transactions.coordinator import TRANSACTION_KEY_TYPE, TransactionCoordinator
+from broker_core.transactions.marker_routing import route_write_txn_markers
 from tiered_storage.service import TieringService
 
 from .acl_apis import AclApis
@@ -32,7 +34,7 @@ from .admin_configs import ConfigApis
 from .admin_describe import ClusterDescriptions
 from .admin_leaders import LeaderElections
 from .admin_records import RecordDeletion
-from .authorization import guard_credential_apis
+from .authorization import guard_credential_apis, guard_write_txn_markers
 from .broker import Broker, BrokerParts
 from .config import BrokerConfig
 from .handlers import RequestHandlers
@@ -41,6 +43,7 @@ from .listeners import ListenerSpec
 from .log_cleaner import LogCleanerService
 from .producer_ids import ProducerIdAllocator
 from .sasl import SaslConfig, sasl_on_a_listener_without_it
+from .txn_verification import TransactionVerifier
 
 log = logging.getLogger(__name__)
 
@@ -55,21 +58,32 @@ def build_broker(config: BrokerConfig) -> Broker:
         WindowConfig(config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds")),
         WindowConfig(config.get_int("controller.quota.window.num"), config.get_int("controller.quota.window.size.seconds")),
     )
-    handlers = RequestHandlers(broker, ProducerIdAllocator(broker.store), quotas, remote_reads=tiering.reader)
+    producer_ids = ProducerIdAllocator(broker.store)
+    transactions = TransactionCoordinator(broker, producer_ids, groups.offsets)
+    # KIP-890 part 1: leaders ask the transaction coordinator before a transaction starts on a partition.
+    verifier = (TransactionVerifier(broker, transactions.coordinator_of)
+                if config.get_bool("transaction.partition.verification.enable") else None)
+    handlers = RequestHandlers(broker, producer_ids, quotas, remote_reads=tiering.reader, verifier=verifier)
     store = ScramCredentialStore(config.aws, cache_ttl_s=config.get_int("floe.scram.credential.cache.ms") / 1000)
     credentials = ScramCredentialAdmin(store, announce_metadata_change(broker))
     acls = AclService(config.aws, broker.authorizer)
-    apis = {**groups.api_handlers(), **guard_credential_apis(credentials.api_handlers(), broker.authorizer),
+    apis = {**groups.api_handlers(), **transactions.api_handlers(),
+            **guard_credential_apis(credentials.api_handlers(), broker.authorizer),
             **AclApis(broker, acls).api_handlers(), **ConfigApis(broker).api_handlers(),
             **RecordDeletion(broker).api_handlers(), **ClusterDescriptions(broker).api_handlers(),
             **LeaderElections(broker).api_handlers()}
     for api_key, handler in apis.items():
         handlers.register(api_key, handler)
+    handlers.set_transactions(transactions.init_producer_id)
+    handlers.register(ApiKey.WRITE_TXN_MARKERS, guard_write_txn_markers(
+        route_write_txn_markers(groups.offsets, handlers.table.get(ApiKey.WRITE_TXN_MARKERS)), broker))
+    groups.add_locator(TRANSACTION_KEY_TYPE, transactions.locate)
     broker.host(BrokerParts(
         listener=build_listeners(config, handlers, store.get),
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
-        services=(quotas, credentials, acls, groups, tiering, LogCleanerService(broker)),
+        services=(quotas, credentials, acls, groups, transactions, tiering, LogCleanerService(broker),
+                  *([verifier] if verifier is not None else [])),
         followers=(quotas, credentials, acls),
     ))
     return broker

@@ -10,7 +10,9 @@ Trusted replication (`replica_request_allowed`): a request that acts as a replic
 ListOffsets or OffsetForLeaderEpoch naming a replica id) is accepted only from a principal with
 CLUSTER_ACTION on the cluster that is also the principal the broker named by the replica id
 registered with (its inter-broker principal), so neither a client nor one broker can pose as
-another broker's follower.
+another broker's follower. WriteTxnMarkers, which only a transaction coordinator sends, is held to
+the same rule without a broker id to check against (`broker_request_allowed`): CLUSTER_ACTION, and
+the principal must be one some registered broker authenticates as.
 
 A refusal is logged once, at INFO, with the principal and the peer address (Kafka's authorizer log
 line). Checks that only filter what a response shows (Metadata's topic list, ListGroups) do not
@@ -96,6 +98,37 @@ def replica_request_allowed(context: BrokerContext, request: Request, replica_id
                 "is not registered" if registration is None else f"registered as {registration.principal}",
                 request.api_key)
     return False
+
+
+def broker_request_allowed(context: BrokerContext, request: Request) -> bool:
+    """Whether a broker-only request (WriteTxnMarkers) comes from a broker: CLUSTER_ACTION on the
+    cluster, from a principal that some registered broker registered with."""
+    authorizer = context.authorizer
+    if not authorizer.enabled:
+        return True
+    if not cluster_allowed(authorizer, request, AclOperation.CLUSTER_ACTION):
+        return False
+    if any(b.principal == request.principal for b in context.image.brokers.values()):
+        return True
+    log.warning("denied: principal %s from %s sent a broker-only request but no broker is registered as it "
+                "(api key %d)", request.principal, request.client_host, request.api_key)
+    return False
+
+
+def guard_write_txn_markers(handler: Handler, context: BrokerContext) -> Handler:
+    """WriteTxnMarkers behind `broker_request_allowed`: a refused request writes no marker and is
+    answered CLUSTER_AUTHORIZATION_FAILED for every partition it names (Kafka's error response)."""
+
+    async def checked(request: Request) -> Any:
+        if broker_request_allowed(context, request):
+            return await handler(request)
+        return respond(request, {"markers": [
+            {"producer_id": m.producer_id, "topics": [
+                {"name": t.name, "partitions": [{"partition_index": p, "error_code": ErrorCode.cluster_authorization_failed}
+                                                for p in t.partition_indexes]} for t in m.topics]}
+            for m in request.body.markers]})
+
+    return checked
 
 
 def scram_credentials_allowed(authorizer: Authorizer, request: Request, *, alter: bool) -> bool:

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker_core.log.errors import OffsetOutOfRangeError, RecordTooLargeError, RecordWithoutKeyError
-from broker_core.log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
+from broker_core.log.producer_state import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+from broker_core.log.transaction_index import AbortedTxn
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
 from broker_core.metadata.topics import PartitionLimits
@@ -31,6 +36,7 @@ from broker_core.protocol.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     NO_THROTTLE,
+    READ_COMMITTED,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     SUPPORTED_VERSIONS,
@@ -40,13 +46,14 @@ from broker_core.quotas.admin import QuotaFilter, describe, parse_alteration
 from broker_core.quotas.entities import REQUEST_PERCENTAGE, QuotaEntityError, client_identity
 from broker_core.quotas.loop_time import LoopTimed
 from broker_core.quotas.store import QuotaStoreError
+from broker_core.records.control import ControlRecordType
 from broker_core.records.errors import (
     RecordsError,
     UnsupportedMagicError,
 )
-from broker_core.records.header import iter_headers
+from broker_core.records.header import iter_headers, parse_header
 from broker_core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from broker_core.security.producer_ids import owns_producer_id
+from broker_core.security.producer_ids import owns_producer_id, transactional_owner
 from broker_core.settings import (
     SOURCE_DEFAULT,
     SOURCE_TOPIC,
@@ -62,6 +69,7 @@ from .authorization import (
     replica_request_allowed,
 )
 from .config import TopicConfigError, validate_topic_configs
+from .partition import ControlBatchFromClientError, InvalidTxnStateError, VerificationGuard
 from .remote_reads import RemoteReads, RemoteStorageError
 
 if TYPE_CHECKING:
@@ -69,6 +77,7 @@ if TYPE_CHECKING:
 
     from .context import BrokerContext
     from .producer_ids import ProducerIdAllocator
+    from .txn_verification import TransactionVerifier
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +99,13 @@ class RequestHandlers:
     """
 
     def __init__(self, context: BrokerContext, producer_ids: ProducerIdAllocator, quotas: QuotaService,
-                 remote_reads: RemoteReads | None = None) -> None:
+                 remote_reads: RemoteReads | None = None, verifier: TransactionVerifier | None = None) -> None:
         self.context = context
+        self.verifier = verifier
         self.producer_ids = producer_ids
         self.quotas = quotas
         self.remote_reads = remote_reads
+        self.transactions: Handler | None = None
         self.table: dict[int, Handler] = {
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
@@ -108,11 +119,16 @@ class RequestHandlers:
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
             ApiKey.DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
             ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
+            ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
         }
 
     def register(self, api_key: int, handler: Handler) -> None:
         """Add an API served by another subsystem (the group coordinator's, by the assembly)."""
         self.table[api_key] = handler
+
+    def set_transactions(self, init_producer_id: Handler) -> None:
+        """Serve InitProducerId with a transactional id with the transaction coordinator's handler."""
+        self.transactions = init_producer_id
 
     def supported(self) -> dict[int, tuple[int, int]]:
         return {key: SUPPORTED_VERSIONS[key] for key in sorted(self.table) if key in SUPPORTED_VERSIONS}
@@ -230,9 +246,11 @@ class RequestHandlers:
         results: list[tuple[str, list[dict[str, Any]]]] = []
         pending: list[tuple[dict[str, Any], Any, int]] = []
         await self._catch_up_for(topic_data.name for topic_data in body.topic_data)
-        started = time.perf_counter()
         authorizer = self.context.authorizer
         refusal = _producer_refusal(authorizer, request) if authorizer.enabled else None
+        # The coordinator is asked (KIP-890) only for a request that passed the producer's checks.
+        verdicts = await self._verify_transactions(request) if acks in (-1, 0, 1) and refusal is None else {}
+        started = time.perf_counter()
         for topic_data in body.topic_data:
             partition_results = []
             may_write = allowed(authorizer, request, AclOperation.WRITE, ResourceType.TOPIC, topic_data.name)
@@ -240,14 +258,18 @@ class RequestHandlers:
                 result = {"index": data.index, "error_code": ErrorCode.none, "base_offset": -1,
                           "log_append_time": None, "log_start_offset": -1, "record_errors": [],
                           "error_message": None}
+                verdict = verdicts.get((topic_data.name, data.index))
                 if refusal is not None:
                     result["error_code"] = refusal
                 elif not may_write:
                     result["error_code"] = ErrorCode.topic_authorization_failed
                 elif acks not in (-1, 0, 1):
                     result["error_code"] = ErrorCode.invalid_required_acks
+                elif isinstance(verdict, ErrorCode):
+                    result["error_code"] = verdict
+                    result["error_message"] = "the transaction coordinator did not verify this partition"
                 else:
-                    self._append(topic_data.name, data.index, data.records, acks, result, pending)
+                    self._append(topic_data.name, data.index, data.records, acks, result, pending, verdict)
                 partition_results.append(result)
             results.append((topic_data.name, partition_results))
         throttle_s = self._produce_throttle(request, time.perf_counter() - started)
@@ -280,8 +302,42 @@ class RequestHandlers:
             throttle_s = max(throttle_s, quotas.record_request_time(identity, appending_s))
         return throttle_s
 
+    async def _verify_transactions(self, request: Request) -> dict[tuple[str, int], ErrorCode | VerificationGuard]:
+        """KIP-890 part 1: for each partition where this request's transactional batch would open the
+        producer's transaction, the coordinator's refusal (an error code) or a guard to append with."""
+        body = request.body
+        transactional_id = getattr(body, "transactional_id", None)
+        if transactional_id is None or self.verifier is None:
+            return {}
+        guards: dict[tuple[str, int], VerificationGuard] = {}
+        producer = (-1, -1)
+        for topic_data in body.topic_data:
+            for data in topic_data.partition_data:
+                partition = self.context.replicas.get(topic_data.name, data.index)
+                if partition is None or not partition.is_leader or not data.records:
+                    continue
+                try:
+                    header = parse_header(data.records, 0)
+                except RecordsError:
+                    continue  # the append refuses it and names the problem
+                if not header.is_transactional or partition.producers.has_open_transaction(header.producer_id):
+                    continue
+                guards[(topic_data.name, data.index)] = partition.start_verification(header.producer_id)
+                producer = (header.producer_id, header.producer_epoch)
+        if not guards:
+            return {}
+        answers = await self.verifier.verify(transactional_id, *producer, guards)
+        verdicts: dict[tuple[str, int], ErrorCode | VerificationGuard] = {}
+        for key, guard in guards.items():
+            code = answers.get(key, ErrorCode.invalid_txn_state)
+            verdicts[key] = guard if code == ErrorCode.none else code
+            if code != ErrorCode.none:
+                log.info("transactional produce of %r (producer %d) to %s-%d from %s refused: %s",
+                         transactional_id, producer[0], key[0], key[1], request.client_host, code.name)
+        return verdicts
+
     def _append(self, topic: str, index: int, records: bytes | None, acks: int,
-                result: dict[str, Any], pending: list) -> None:
+                result: dict[str, Any], pending: list, guard: VerificationGuard | None = None) -> None:
         image = self.context.image
         described = image.topics.get(topic)
         if described is None or (topic, index) not in image.partitions:
@@ -299,7 +355,7 @@ class RequestHandlers:
             result["error_code"] = ErrorCode.not_enough_replicas
             return
         try:
-            info = partition.append_as_leader(records)
+            info = partition.append_as_leader(records, guard)
         except _REFUSED_APPENDS as exc:
             result["error_code"] = next(code for cls, code in _APPEND_ERROR_CODES if isinstance(exc, cls))
             result["error_message"] = str(exc)
@@ -411,13 +467,17 @@ class RequestHandlers:
                 if response["error_code"] != ErrorCode.none:
                     had_error = True
                     continue
+                read_committed = replica_id < 0 and body.isolation_level == READ_COMMITTED
                 if replica_id >= 0:
                     partition.record_follower_fetch(replica_id, p.fetch_offset)
                     upper = None
+                elif read_committed:
+                    upper = partition.last_stable_offset
+                    response["aborted_transactions"] = []
                 else:
                     upper = partition.high_watermark
                 response["high_watermark"] = partition.high_watermark
-                response["last_stable_offset"] = partition.high_watermark
+                response["last_stable_offset"] = partition.last_stable_offset
                 response["log_start_offset"] = partition.log_start_offset
                 watched.append(partition)
                 limit = min(p.partition_max_bytes, remaining)
@@ -431,6 +491,10 @@ class RequestHandlers:
                             if limit > 0 or total == 0:
                                 data = await remote.read(partition, p.fetch_offset, max(limit, 0),
                                                          min_one_batch=total == 0)
+                                if read_committed:
+                                    data, end = _below(data, upper)
+                                    response["aborted_transactions"] = _aborted_entries(
+                                        await remote.aborted_transactions(partition, p.fetch_offset, end))
                                 response["records"] = data
                                 total += len(data)
                                 remaining -= len(data)
@@ -457,6 +521,9 @@ class RequestHandlers:
                     response["records"] = FileRecords(file_slice)
                     total += file_slice.length
                     remaining -= file_slice.length
+                    if read_committed:
+                        response["aborted_transactions"] = _aborted_entries(partition.log.aborted_transactions(
+                            p.fetch_offset, min(upper, file_slice.last_offset + 1)))
             topics.append({"topic": name, "partitions": responses})
         return topics, total, watched, had_error
 
@@ -493,7 +560,12 @@ class RequestHandlers:
                 if 0 <= getattr(p, "current_leader_epoch", -1) < partition.leader_epoch:  # field since ListOffsets v4
                     result["error_code"] = ErrorCode.fenced_leader_epoch
                     continue
-                upper = partition.log_end_offset if body.replica_id >= 0 else partition.high_watermark
+                if body.replica_id >= 0:
+                    upper = partition.log_end_offset
+                elif getattr(body, "isolation_level", 0) == READ_COMMITTED:  # field since ListOffsets v2
+                    upper = partition.last_stable_offset
+                else:
+                    upper = partition.high_watermark
                 if p.timestamp == LATEST_TIMESTAMP:
                     result["offset"] = upper
                     result["leader_epoch"] = partition.leader_epoch
@@ -523,19 +595,71 @@ class RequestHandlers:
             topics.append({"name": topic_request.name, "partitions": partitions})
         return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
 
+    # WriteTxnMarkers ---------------------------------------------------------------------------
+
+    async def write_txn_markers(self, request: Request) -> Any:
+        """A transaction coordinator ends a transaction on the partitions this broker leads.
+
+        Each partition gets a COMMIT or ABORT control batch, appended as leader and answered once
+        the ISR has it (Kafka appends markers with acks=all), waiting at most
+        `_MARKER_REPLICATION_TIMEOUT_S` (then REQUEST_TIMED_OUT).
+        Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS,
+        INVALID_PRODUCER_EPOCH (an older producer epoch than the partition has seen),
+        TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch). A marker for a producer the
+        partition does not know is written, as Kafka writes it.
+        """
+        body = request.body
+        await self._catch_up_for(topic.name for marker in body.markers for topic in marker.topics)
+        image = self.context.image
+        markers = []
+        pending: list[tuple[dict[str, Any], Any, int]] = []
+        for marker in body.markers:
+            control_type = ControlRecordType.COMMIT if marker.transaction_result else ControlRecordType.ABORT
+            topics = []
+            for topic in marker.topics:
+                partitions = []
+                for index in topic.partition_indexes:
+                    result = {"partition_index": index, "error_code": ErrorCode.none}
+                    partitions.append(result)
+                    partition = self.context.replicas.get(topic.name, index)
+                    if topic.name not in image.topics or (topic.name, index) not in image.partitions:
+                        result["error_code"] = ErrorCode.unknown_topic_or_partition
+                    elif partition is None or not partition.is_leader:
+                        result["error_code"] = ErrorCode.not_leader_or_follower
+                    elif len(partition.isr) < partition.min_insync_replicas:
+                        result["error_code"] = ErrorCode.not_enough_replicas
+                    else:
+                        try:
+                            info = partition.append_marker(
+                                control_type, producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                                coordinator_epoch=marker.coordinator_epoch)
+                        except _REFUSED_APPENDS as exc:
+                            result["error_code"] = next(
+                                code for cls, code in _APPEND_ERROR_CODES if isinstance(exc, cls))
+                            log.info("WriteTxnMarkers for producer %d on %s-%d from %s refused: %s",
+                                     marker.producer_id, topic.name, index, request.client_host, exc)
+                            continue
+                        pending.append((result, partition, info.last_offset + 1))
+                topics.append({"name": topic.name, "partitions": partitions})
+            markers.append({"producer_id": marker.producer_id, "topics": topics})
+        if pending:
+            await self._await_replication(pending, _MARKER_REPLICATION_TIMEOUT_S)
+        return respond(request, {"markers": markers})
+
     # InitProducerId ----------------------------------------------------------------------------
 
     async def init_producer_id(self, request: Request) -> Any:
         """Producer ids for idempotent producers, from blocks allocated in DynamoDB.
 
-        Every answer is a new producer id at epoch 0, as Kafka answers a request without a
-        transactional id: an id the request names (KIP-360's producer_id/producer_epoch) is never
+        Every answer without a transactional id is a new producer id at epoch 0, as Kafka answers
+        such a request: an id the request names (KIP-360's producer_id/producer_epoch) is never
         handed out again with a bumped epoch, since nothing shows that the caller owns it, and
-        such a bump would fence the producer that does. Transactions are not supported: a
-        transactional id is refused (after the authorization check Kafka makes first).
+        such a bump would fence the producer that does. A request with a transactional id goes to
+        the transaction coordinator (`set_transactions`) once the principal may WRITE the id.
         Authorization: WRITE on the transactional id; for an idempotent producer, IDEMPOTENT_WRITE
         on the cluster or WRITE on some topic (Kafka 3.x). With an authorizer the id is bound to the
-        caller's principal, and Produce accepts it from that principal only.
+        caller's principal (a transactional producer's, to its transactional id), and Produce
+        accepts it from that principal (that transactional id) only.
         """
         body = request.body
         response = {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
@@ -544,6 +668,8 @@ class RequestHandlers:
             if not allowed(authorizer, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
                            body.transactional_id):
                 response["error_code"] = ErrorCode.transactional_id_authorization_failed
+            elif self.transactions is not None:
+                return await self.transactions(request)
             else:
                 response["error_code"] = ErrorCode.invalid_request
         elif not idempotent_write_allowed(authorizer, request):
@@ -835,24 +961,25 @@ def _fetch_error(partition: int, error: ErrorCode) -> dict[str, Any]:
 def _producer_refusal(authorizer: Any, request: Request) -> ErrorCode | None:
     """Why a Produce is refused for the producer it writes as, or None (only with an authorizer):
     transactional batches need WRITE on the request's transactional id (Kafka's rule), and a batch's
-    producer id must have been handed to the writing principal (`broker_core.security.producer_ids`),
-    so nobody writes, or bumps the epoch, as another principal's producer."""
+    producer id must have been handed to the writing principal, or for a transactional batch to the
+    request's transactional id (`broker_core.security.producer_ids`), so nobody writes, or bumps the
+    epoch, as another principal's producer or another transactional id's."""
     body = request.body
-    transactional = False
+    transactional_id = getattr(body, "transactional_id", None)
     for topic_data in body.topic_data:
         for data in topic_data.partition_data:
             for header in _headers(data.records or b""):
-                transactional = transactional or header.is_transactional
-                if header.producer_id >= 0 and not owns_producer_id(request.principal, header.producer_id):
+                if header.is_transactional:
+                    if transactional_id is None or not allowed(authorizer, request, AclOperation.WRITE,
+                                                               ResourceType.TRANSACTIONAL_ID, transactional_id):
+                        return ErrorCode.transactional_id_authorization_failed
+                    owner = transactional_owner(transactional_id)
+                else:
+                    owner = request.principal
+                if header.producer_id >= 0 and not owns_producer_id(owner, header.producer_id):
                     log.info("denied: principal %s from %s wrote as producer id %d, which is not its own",
                              request.principal, request.client_host, header.producer_id)
                     return ErrorCode.invalid_producer_id_mapping
-    if not transactional:
-        return None
-    transactional_id = getattr(body, "transactional_id", None)
-    if transactional_id is None or not allowed(authorizer, request, AclOperation.WRITE,
-                                               ResourceType.TRANSACTIONAL_ID, transactional_id):
-        return ErrorCode.transactional_id_authorization_failed
     return None
 
 
@@ -864,6 +991,22 @@ def _headers(records: bytes) -> Iterable[Any]:
             yield header
     except RecordsError:
         return
+
+
+def _aborted_entries(aborted: Iterable[AbortedTxn]) -> list[dict[str, int]]:
+    """Fetch's aborted_transactions field: (producer id, first offset) of each aborted transaction."""
+    return [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted]
+
+
+def _below(data: bytes, upper: int) -> tuple[bytes, int]:
+    """The whole batches of ``data`` that end below ``upper`` (a read_committed reader's LSO), and the
+    offset after the last of them (``upper`` when no batch is cut: the bound of the aborted list)."""
+    end = 0
+    for position, header in iter_headers(data):
+        if header.last_offset >= upper:
+            return data[:position], min(upper, header.base_offset)
+        end = position + header.size
+    return data[:end], upper
 
 
 def _from_replica(request: Request) -> bool:
@@ -888,6 +1031,9 @@ def with_throttle(response: Any, throttle_s: float) -> Any:
 
 # KIP-599: from these versions on, CreateTopics and DeleteTopics refuse topics beyond the controller
 # mutation quota with THROTTLING_QUOTA_EXCEEDED; older clients are only throttled.
+# How long WriteTxnMarkers waits for the ISR to hold its markers: Kafka's request.timeout.ms default,
+# which bounds the coordinator's own wait for the answer.
+_MARKER_REPLICATION_TIMEOUT_S = 30.0
 _STRICT_MUTATION_QUOTA = {ApiKey.CREATE_TOPICS: 6, ApiKey.DELETE_TOPICS: 5}
 _THROTTLED = "The throttling quota has been exceeded."
 
@@ -900,6 +1046,9 @@ def _epoch_at(partition: Any, offset: int) -> int:
 # Why an append was refused, most specific first: every record-format error not named before the
 # last entry (bad CRC, truncated batch, unknown codec, miscounted records) is a corrupt message.
 _APPEND_ERROR_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
+    (ControlBatchFromClientError, ErrorCode.invalid_record),
+    (InvalidTxnStateError, ErrorCode.invalid_txn_state),
+    (TransactionCoordinatorFencedError, ErrorCode.transaction_coordinator_fenced),
     (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (RecordTooLargeError, ErrorCode.message_too_large),

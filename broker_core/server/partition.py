@@ -25,10 +25,21 @@ from broker_core.log.config import LogConfig
 from broker_core.log.errors import CorruptCheckpointError
 from broker_core.log.partition_log import AppendInfo, PartitionLog
 from broker_core.log.producer_state import OutOfOrderSequenceError, ProducerState
+from broker_core.records.control import ControlRecordType, build_control_batch
+from broker_core.records.header import parse_header
 
 _WAITER_NUMBERS = itertools.count()
 PARTITION_METADATA_FILE = "partition.metadata"
 HIGH_WATERMARK_FILE = "high-watermark"
+
+
+class VerificationGuard:
+    """One verification in progress for a producer on a partition; a marker for the producer revokes it."""
+
+    __slots__ = ("valid",)
+
+    def __init__(self) -> None:
+        self.valid = True
 
 
 @dataclass
@@ -66,6 +77,8 @@ class Partition:
     applied_configs: Mapping[str, str] = field(default_factory=dict)  # the topic configs ``log`` was built from
     followers: dict[int, ReplicaState] = field(default_factory=dict)
     producers: ProducerState | None = None
+    # KIP-890: producer id -> the verification under way for its first transactional write here.
+    _verification_guards: dict[int, VerificationGuard] = field(default_factory=dict)
     _checkpointed_high_watermark: int = -1
     _waiters: list[asyncio.Future] = field(default_factory=list)
     # (target offset, tie-breaker, future) for acks=all produces, smallest target first.
@@ -164,13 +177,33 @@ class Partition:
         if self._maybe_advance_high_watermark():
             self.wake()
 
-    def append_as_leader(self, records: bytes) -> AppendInfo:
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the first offset of the earliest open transaction, or the HW when that is lower."""
+        first_unstable = self.producers.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return max(min(first_unstable, self.high_watermark), self.log.log_start_offset)
+
+    def start_verification(self, producer_id: int) -> VerificationGuard:
+        """KIP-890: a guard for the coordinator check of ``producer_id``'s first transactional write here;
+        a marker for the producer written meanwhile revokes it."""
+        guard = self._verification_guards[producer_id] = VerificationGuard()
+        return guard
+
+    def append_as_leader(self, records: bytes, guard: VerificationGuard | None = None) -> AppendInfo:
         """Append a produce request's batches, answering an idempotent producer's retry with the
-        offsets its batch got the first time instead of writing it again."""
+        offsets its batch got the first time instead of writing it again. With a verification
+        ``guard`` (KIP-890), InvalidTxnStateError if a marker ended the transaction meanwhile."""
         # Validated first, as Kafka's LogValidator runs before its producer-state checks; the first
         # bad batch is the one named. The headers parsed here serve the duplicate check and the append.
         validated = self.log.validate(records)
         headers = validated.headers()
+        for header in headers:
+            if header.is_control:
+                raise ControlBatchFromClientError(f"{self.topic}-{self.index}: clients may not write control batches")
+        if guard is not None and not guard.valid:
+            raise InvalidTxnStateError(f"{self.topic}-{self.index}: the transaction ended while it was verified")
         duplicate = None
         for header in headers:
             found = self.producers.find_duplicate(header)
@@ -190,10 +223,34 @@ class Partition:
         self.after_local_append()
         return info
 
+    def append_marker(
+        self, marker: ControlRecordType, *, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> AppendInfo:
+        """WriteTxnMarkers on the leader: append the COMMIT or ABORT control batch that closes the
+        producer's transaction here (an ABORT goes into the .txnindex). Raises InvalidProducerEpochError
+        or TransactionCoordinatorFencedError, writing nothing, for a stale producer or coordinator."""
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        guard = self._verification_guards.pop(producer_id, None)
+        if guard is not None:
+            guard.valid = False
+        batch = build_control_batch(
+            marker, producer_id=producer_id, producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch
+        )
+        info = self.log.append(batch, leader_epoch=self.leader_epoch)
+        completed = self.producers.record(
+            parse_header(batch), info.base_offset, marker=marker, coordinator_epoch=coordinator_epoch
+        )
+        if completed is not None and completed.aborted:
+            self.log.append_aborted_transaction(completed.aborted_txn())
+        self.after_local_append()
+        return info
+
     def append_as_follower(self, records: bytes) -> AppendInfo:
         validated = self.log.validate(records, as_leader=False)
         info = self.log.append_as_follower(validated)
-        self.producers.record_all(validated.headers())
+        for completed in self.producers.record_all(validated.view, validated.batches):
+            if completed.aborted:
+                self.log.append_aborted_transaction(completed.aborted_txn())
         return info
 
     def truncate_to(self, offset: int) -> None:
@@ -278,6 +335,14 @@ class Partition:
         self.checkpoint_high_watermark()
         self.producers.write_snapshot(self.log.log_end_offset)
         self.log.close()
+
+
+class ControlBatchFromClientError(Exception):
+    """A produce request carries a control batch: only the broker writes those (Kafka's INVALID_RECORD)."""
+
+
+class InvalidTxnStateError(Exception):
+    """A transactional write the coordinator did not (or no longer) vouch for (Kafka's INVALID_TXN_STATE)."""
 
 
 def _read_topic_id(path: Path) -> str | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from broker_core.log.transaction_index import AbortedTxn
+
     from .partition import Partition
 
 
@@ -31,6 +33,13 @@ class RemoteReads(Protocol):
 
     async def read(self, partition: Partition, offset: int, max_bytes: int, *, min_one_batch: bool) -> bytes:
         """Whole batches from the remote batch holding ``offset`` (OffsetOutOfRangeError if none)."""
+        ...
+
+    async def aborted_transactions(
+        self, partition: Partition, fetch_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed read of [fetch_offset, upper_bound_offset) that
+        starts in the remote tier must be told of."""
         ...
 
     async def list_offset(self, partition: Partition, timestamp: int) -> tuple[int, int, int] | None:

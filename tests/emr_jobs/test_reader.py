@@ -41,6 +41,7 @@ from tests.emr_jobs.tiered_log import (
     write_log,
 )
 from tests.support.bombs import log_holding_a_bomb
+from tests.support.transactions import log_with_transactions
 
 SEGMENT_BYTES = 6000
 
@@ -228,3 +229,15 @@ def test_a_decompression_bomb_in_a_segment_fails_the_read_naming_the_segment_and
     assert raised.value.object_key == segment.log_key
     assert "base offset 1" in raised.value.reason
     assert str(DEFAULT_MAX_DECOMPRESSED_BYTES) in raised.value.reason
+
+
+def test_read_committed_leaves_out_aborted_transactions_and_read_uncommitted_keeps_them(
+        cluster: AwsSettings, tmp_path: Path) -> None:
+    topic = create_topic(cluster, "events", 1)
+    tier_segments(cluster, log_with_transactions(tmp_path / "events-0"), topic, 0)
+    committed = read_all(reader(cluster, isolationLevel="read_committed"))
+    assert [(offset, value) for offset, _, value, *_ in committed[0]] == [(3, b"plain"), (4, b"c1")]
+    everything = read_all(reader(cluster))
+    assert [offset for offset, *_ in everything[0]] == [0, 1, 3, 4, 6]
+    with pytest.raises(InvalidOptionError, match="isolationLevel"):
+        reader(cluster, isolationLevel="serializable")

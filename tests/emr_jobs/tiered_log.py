@@ -98,6 +98,7 @@ def tier_segments(settings: AwsSettings, log: PartitionLog, topic: TopicDescript
             segment.offset_index.path.read_bytes(),
             segment.time_index.path.read_bytes(),
             [(0, segment.base_offset)],
+            aborted_transactions=log.aborted_transactions(segment.base_offset, segment.next_offset),
         )
         row = manifest.start_copy(
             topic=topic.name,

@@ -33,6 +33,14 @@ class LeaderPartition:
     leader_epoch: int = 0
     high_watermark: int = 0
     is_leader: bool = True
+    # First offset of a transaction a test leaves open on the partition, None when none is.
+    open_transaction_at: int | None = None
+
+    @property
+    def last_stable_offset(self) -> int:
+        if self.open_transaction_at is None:
+            return self.high_watermark
+        return min(self.high_watermark, self.open_transaction_at)
 
 
 @pytest.fixture

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import struct
 
+import crc32c
 import pytest
 
+from broker_core.log.transaction_index import AbortedTxn
 from tiered_storage.indexes import (
     INDEXES_HEADER,
     CorruptIndexesObjectError,
@@ -83,3 +85,30 @@ def test_a_wrong_magic_is_rejected() -> None:
 def test_index_sections_must_be_whole_entries() -> None:
     with pytest.raises(ValueError):
         encode_indexes(0, b"\x00" * 7, b"", [])
+
+
+def test_the_transaction_index_section_round_trips_in_kafkas_entry_format() -> None:
+    aborted = [AbortedTxn(7, 1001, 1012, 1013), AbortedTxn(8, 1005, 1030, 1020)]
+    data = encode_indexes(BASE, OFFSET_INDEX, TIME_INDEX, [(2, 990)], aborted_transactions=aborted)
+    assert decode_indexes(data).aborted_transactions == tuple(aborted)
+    # Section 5 is the .txnindex bytes as is: 34-byte entries at the end of the object.
+    assert data[-68:] == struct.pack(">hqqqq", 0, 7, 1001, 1012, 1013) + struct.pack(">hqqqq", 0, 8, 1005, 1030, 1020)
+
+
+def test_a_version_1_object_written_before_transactions_still_decodes_with_no_aborted_transactions() -> None:
+    epochs = b"0\n1\n2 990\n"
+    sections = OFFSET_INDEX + TIME_INDEX + epochs
+    header = struct.pack(">4shhqiiiiI", b"FLXI", 1, 0, BASE, len(OFFSET_INDEX), len(TIME_INDEX), len(epochs), 0,
+                         crc32c.crc32c(sections))
+    indexes = decode_indexes(header + sections)
+    assert indexes.epoch_entries == ((2, 990),)
+    assert indexes.aborted_transactions == ()
+    assert indexes.position_for_offset(BASE + 25) == 4096
+
+
+def test_a_torn_transaction_index_section_is_corrupt() -> None:
+    data = bytearray(encode_indexes(BASE, b"", b"", [], aborted_transactions=[AbortedTxn(7, 1001, 1012, 1013)]))
+    # The transaction index section claims 33 bytes: not a whole number of 34-byte entries.
+    struct.pack_into(">i", data, 32, 33)
+    with pytest.raises(CorruptIndexesObjectError):
+        decode_indexes(bytes(data))

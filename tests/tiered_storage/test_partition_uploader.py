@@ -86,6 +86,21 @@ def test_a_segment_reaching_the_high_watermark_waits(
     assert [r.base_offset for r in manifest.list_segments(leader.topic_id, 0)] == [0]
 
 
+def test_a_segment_holding_an_open_transaction_waits_until_the_transaction_ends(
+    leader: LeaderPartition, manifest: ManifestStore, aws_settings: AwsSettings, bucket: str
+) -> None:
+    fill(leader.log, 60)
+    leader.high_watermark = leader.log.log_end_offset
+    second = leader.log.segments[1]
+    leader.open_transaction_at = second.base_offset + 1
+    asyncio.run(run_uploader(leader, manifest, aws_settings))
+    assert [r.base_offset for r in manifest.list_segments(leader.topic_id, 0)] == [0]
+    leader.open_transaction_at = None
+    asyncio.run(run_uploader(leader, manifest, aws_settings))
+    assert [r.base_offset for r in manifest.list_segments(leader.topic_id, 0)] == [
+        s.base_offset for s in leader.log.segments[:-1]]
+
+
 def test_running_again_or_after_a_restart_uploads_nothing_twice(
     leader: LeaderPartition, manifest: ManifestStore, aws_settings: AwsSettings, bucket: str
 ) -> None:

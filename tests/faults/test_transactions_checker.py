@@ -1,0 +1,203 @@
+"""A transactions checker in the style of Jepsen's Kafka workload, with the coordinator's broker killed.
+
+Three brokers, a replicated topic. Several transactional producers (threads, confluent-kafka), all
+coordinated by broker 3, loop: begin, write a few records (each names its producer, transaction
+and index) to random partitions, then commit or abort at random, recording what each transaction
+was told (committed, aborted, or unknown when the outcome could not be learnt). A read_committed
+consumer reads all along. Mid-run broker 3 is SIGKILLed and later restarted (twice in the full run).
+
+At the end a fresh read_committed consumer reads everything, and for both consumers the checker
+asserts: no aborted read (no record of an aborted transaction), no lost committed write (every
+record of a committed transaction), no torn transaction (of every transaction all records or
+none), no duplicate, and that every transaction ends (no Ongoing or Prepare* state remains once
+the transaction timeout has passed).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from broker_core.client import BlockingConnection
+from broker_core.local_stack import LocalStack
+from broker_core.metadata.store import MetadataStore
+from broker_core.protocol.api_keys import ApiKey
+from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
+
+PARTITIONS = 6
+TRANSACTION_TIMEOUT_MS = 8000
+
+
+@dataclass
+class History:
+    """What the producers were told about each transaction, and what the consumers read."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)  # transaction -> committed|aborted|unknown
+    written: dict[str, set[bytes]] = field(default_factory=dict)  # transaction -> its record values
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@pytest.fixture
+def checker_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    overrides = {"floe.transaction.marker.retry.backoff.ms": "100", "default.replication.factor": "2",
+                 "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+    with running_stack(tmp_path_factory.mktemp("txn-checker"), brokers=3, overrides=overrides) as stack:
+        yield stack
+
+
+def _request(stack: LocalStack, broker_id: int, api_key: ApiKey, data: dict, version: int) -> object:
+    connection = BlockingConnection("127.0.0.1", stack.processes[broker_id].port, request_timeout_s=10)
+    try:
+        return connection.request(api_key, data, version)
+    finally:
+        connection.close()
+
+
+def _producer_loop(stack: LocalStack, topic: str, transactional_id: str, history: History,
+                   stopping: threading.Event, seed: int) -> None:
+    rng = random.Random(seed)
+    settings = {"bootstrap.servers": stack.bootstrap_servers, "transactional.id": transactional_id,
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "linger.ms": 2}
+    producer: Producer | None = None
+    number = 0
+    while not stopping.is_set():
+        try:
+            if producer is None:
+                producer = Producer(settings)
+                producer.init_transactions(30)
+        except KafkaException:
+            producer = None
+            time.sleep(0.5)
+            continue
+        number += 1
+        name = f"{transactional_id}/{number}"
+        values = {f"{name}/{i}".encode() for i in range(rng.randint(1, 5))}
+        with history.lock:
+            history.written[name] = values
+            history.outcomes[name] = "unknown"
+        try:
+            producer.begin_transaction()
+            for value in sorted(values):
+                producer.produce(topic, value=value, partition=rng.randrange(PARTITIONS))
+            if rng.random() < 0.7:
+                producer.commit_transaction(30)
+                outcome = "committed"
+            else:
+                producer.abort_transaction(30)
+                outcome = "aborted"
+        except KafkaException as exc:
+            error = exc.args[0]
+            outcome = "unknown"
+            if error.txn_requires_abort():
+                try:
+                    producer.abort_transaction(30)
+                    outcome = "aborted"
+                except KafkaException:
+                    producer = None
+            elif not error.retriable():
+                producer = None  # fatal (fenced, timed out): a new instance fences this one
+        with history.lock:
+            history.outcomes[name] = outcome
+
+
+def _read_all(stack: LocalStack, topic: str, stopping: threading.Event | None, read: list[bytes]) -> None:
+    """Read ``topic`` read_committed into ``read``: until ``stopping`` is set and the end is reached
+    (or, without ``stopping``, until the end)."""
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap_servers, "group.id": f"checker-{uuid.uuid4().hex}",
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    at_end: set[int] = set()
+    deadline = None
+    try:
+        while True:
+            message = consumer.poll(0.2)
+            if message is not None:
+                if message.error() is None:
+                    read.append(message.value())
+                    at_end.discard(message.partition())
+                elif message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+            if stopping is None or stopping.is_set():
+                deadline = deadline or time.monotonic() + 60
+                if len(at_end) == PARTITIONS or time.monotonic() > deadline:
+                    return
+    finally:
+        consumer.close()
+
+
+def _check(history: History, read: list[bytes], who: str, complete: bool) -> None:
+    counts = Counter(read)
+    duplicates = [v for v, n in counts.items() if n > 1]
+    assert not duplicates, f"{who}: duplicates {duplicates[:5]}"
+    seen = set(read)
+    for name, values in history.written.items():
+        visible = values & seen
+        outcome = history.outcomes[name]
+        assert visible in (set(), values), f"{who}: torn transaction {name}: {len(visible)} of {len(values)} read"
+        assert not (outcome == "aborted" and visible), f"{who}: read aborted transaction {name}"
+        if complete:
+            assert not (outcome == "committed" and not visible), f"{who}: lost committed transaction {name}"
+    unknown_records = seen - set().union(*history.written.values())
+    assert not unknown_records, f"{who}: read records never written: {sorted(unknown_records)[:5]}"
+
+
+@pytest.mark.parametrize("run_s, kills", [
+    pytest.param(12.0, 1, id="reduced"),
+    pytest.param(40.0, 2, id="full", marks=pytest.mark.faults),
+])
+def test_transactions_survive_killing_their_coordinator(checker_stack: LocalStack, run_s: float, kills: int) -> None:
+    stack = checker_stack
+    topic = f"checked-{uuid.uuid4().hex[:8]}"
+    MetadataStore(stack.aws).create_topic(topic, PARTITIONS, 2, {})
+    transactional_ids = [f"writer-{i}-{uuid.uuid4().hex[:4]}" for i in range(3)]
+    for transactional_id in transactional_ids:
+        found = _request(stack, 3, ApiKey.FIND_COORDINATOR,
+                         {"key_type": 1, "coordinator_keys": (transactional_id,)}, 4).coordinators[0]
+        assert found.node_id == 3
+
+    history = History()
+    stopping = threading.Event()
+    live_read: list[bytes] = []
+    threads = [threading.Thread(target=_producer_loop, args=(stack, topic, tid, history, stopping, seed), daemon=True)
+               for seed, tid in enumerate(transactional_ids)]
+    threads.append(threading.Thread(target=_read_all, args=(stack, topic, stopping, live_read), daemon=True))
+    for thread in threads:
+        thread.start()
+    interval = run_s / (kills + 1)
+    for _ in range(kills):
+        time.sleep(interval / 2)
+        stack.kill_broker(3, signal.SIGKILL)
+        time.sleep(interval / 2)
+        stack.restart_broker(3)
+    time.sleep(interval)
+    stopping.set()
+    for thread in threads:
+        thread.join(timeout=120)
+        assert not thread.is_alive(), f"{thread.name} did not stop"
+
+    def all_ended() -> bool:
+        listed = _request(stack, 1, ApiKey.LIST_TRANSACTIONS, {
+            "state_filters": ("Ongoing", "PrepareCommit", "PrepareAbort"), "producer_id_filters": (),
+            "duration_filter": -1}, 1)
+        return not [t for t in listed.transaction_states if t.transactional_id in transactional_ids]
+
+    wait_until(all_ended, timeout_s=TRANSACTION_TIMEOUT_MS / 1000 + 30, interval_s=0.5,
+               what="every transaction to end (commit or abort)")
+    final_read: list[bytes] = []
+    _read_all(stack, topic, None, final_read)
+
+    outcomes = Counter(history.outcomes.values())
+    assert outcomes["committed"] > 0 and outcomes["aborted"] > 0, outcomes
+    _check(history, final_read, "final consumer", complete=True)
+    _check(history, live_read, "live consumer", complete=False)
