@@ -110,6 +110,9 @@ class StreamOptions:
             aws=self.aws,
             local_stack=self.local_stack,
             bootstrap_servers=self.bootstrap_servers,
+            # Streams read uncommitted (isolationLevel is not a stream option yet: the broker tail
+            # would have to stop at the last stable offset first).
+            read_committed=False,
         )
 
 
