@@ -25,6 +25,7 @@ from broker_core.client import FloeClient
 from broker_core.local_stack import STACK_FILE
 from tests.emr_jobs.test_tail_reads import create_tiered_topic, produce
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +63,8 @@ def test_a_tail_read_survives_its_leader_being_killed(spark: SparkSession, tmp_p
             )
         finally:
             killer.join()
-        assert asyncio.run(leader()) != victim
+        # The kill happened (joined above); leadership moves once the controller notices it.
+        wait_until(lambda: asyncio.run(leader()) != victim, "a new leader after the kill", timeout_s=60)
         assert sorted(row["offset"] for row in rows) == list(range(20_000))
         assert all(bytes(row["value"])[:8] == b"%08d" % row["offset"] for row in rows)
 
