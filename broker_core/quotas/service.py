@@ -11,41 +11,23 @@ Runs on the broker's event loop; DynamoDB calls go to worker threads.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
 from broker_core.aws import AwsSettings
+from broker_core.metadata.reloaded import ReloadedTable
 
+from .entities import ClientQuotas
 from .manager import QuotaManager
 from .rates import WindowConfig
 from .store import QuotaStore, QuotaStoreError
 
-log = logging.getLogger(__name__)
 
-
-class QuotaService:
+class QuotaService(ReloadedTable[ClientQuotas]):
     """The broker's quota store and manager (see the module doc)."""
 
+    what = "client quotas"
+
     def __init__(self, settings: AwsSettings, windows: WindowConfig, controller_windows: WindowConfig) -> None:
-        self.store = QuotaStore(settings)
+        super().__init__(QuotaStore(settings), QuotaStoreError)
         self.manager = QuotaManager(windows, controller_windows)
-        self._started = False
 
-    async def start(self) -> None:
-        await asyncio.to_thread(self.store.ensure_table)
-        self._started = True
-        await self.reload()
-
-    async def stop(self) -> None:
-        self._started = False
-
-    async def reload(self) -> None:
-        """Read the stored quotas and hold clients to them; before `start` (no table yet) nothing."""
-        if not self._started:
-            return
-        try:
-            quotas = await asyncio.to_thread(self.store.load)
-        except QuotaStoreError as exc:
-            log.warning("client quotas were not reloaded (the previous ones stay in force): %s", exc)
-            return
-        self.manager.apply(quotas)
+    def apply(self, loaded: ClientQuotas) -> None:
+        self.manager.apply(loaded)

@@ -12,42 +12,25 @@ answer True. Runs on the broker's event loop; DynamoDB calls go to worker thread
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
 from broker_core.aws import AwsSettings
+from broker_core.metadata.reloaded import ReloadedTable
 
 from .acl_store import AclStore, AclStoreError
+from .acls import AclBinding
 from .authorizer import Authorizer
 
-log = logging.getLogger(__name__)
 
-
-class AclService:
+class AclService(ReloadedTable[list[AclBinding]]):
     """The broker's ACL store and the authorizer it feeds (see the module doc)."""
 
+    what = "ACLs"
+
     def __init__(self, settings: AwsSettings, authorizer: Authorizer) -> None:
-        self.store = AclStore(settings)
+        super().__init__(AclStore(settings), AclStoreError)
         self.authorizer = authorizer
-        self._started = False
 
-    async def start(self) -> None:
-        if not self.authorizer.enabled:
-            return
-        await asyncio.to_thread(self.store.ensure_table)
-        self._started = True
-        await self.reload()
+    def active(self) -> bool:
+        return self.authorizer.enabled
 
-    async def stop(self) -> None:
-        self._started = False
-
-    async def reload(self) -> None:
-        """Read the stored ACLs and decide by them; before `start` (or with no authorizer) nothing."""
-        if not self._started:
-            return
-        try:
-            bindings = await asyncio.to_thread(self.store.load)
-        except AclStoreError as exc:
-            log.warning("ACLs were not reloaded (the previous ones stay in force): %s", exc)
-            return
-        self.authorizer.replace_acls(bindings)
+    def apply(self, loaded: list[AclBinding]) -> None:
+        self.authorizer.replace_acls(loaded)
