@@ -8,6 +8,7 @@ involved, the group's on broker 2, so the offsets' marker crosses brokers.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import uuid
@@ -36,7 +37,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
                  "transaction.max.timeout.ms": "60000", "floe.transaction.marker.retry.backoff.ms": "100"}
     with running_stack(tmp_path_factory.mktemp("txn-stack"), brokers=2, overrides=overrides) as stack:
         MetadataStore(stack.aws).create_topic(TOPIC, 2, 1, {})
+        for process in stack.processes.values():  # every broker has the topic in its metadata before a test asks
+            with contextlib.closing(BlockingConnection("127.0.0.1", process.port)) as connection:
+                wait_until(lambda connection=connection: _knows_topic(connection), f"broker on {process.port} knows {TOPIC}",
+                           timeout_s=30)
         yield stack
+
+
+def _knows_topic(connection: BlockingConnection) -> bool:
+    metadata = connection.request(ApiKey.METADATA, {"topics": [{"name": TOPIC, "topic_id": uuid.UUID(int=0)}],
+                                                    "allow_auto_topic_creation": False,
+                                                    "include_topic_authorized_operations": False}, 12)
+    return all(p.leader_id >= 0 for p in metadata.topics[0].partitions) and len(metadata.topics[0].partitions) == 2
 
 
 @pytest.fixture
