@@ -26,6 +26,14 @@ RESTARTS_AFTER_LOST_PENDING_ID = 3
 RETRY_NOT_COORDINATOR_S = 10.0
 
 
+def told_not_coordinator(response: Any) -> bool:
+    """NOT_COORDINATOR at the top of a response or, as OffsetCommit answers it, on every partition."""
+    if getattr(response, "error_code", None) == NOT_COORDINATOR:
+        return True
+    codes = [p.error_code for t in getattr(response, "topics", None) or () for p in getattr(t, "partitions", ())]
+    return bool(codes) and all(code == NOT_COORDINATOR for code in codes)
+
+
 def ms(value: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=value)
 
@@ -86,8 +94,7 @@ class RawMember:
         deadline = time.monotonic() + RETRY_NOT_COORDINATOR_S
         while True:
             response = self.connection.request(api_key, data, self.versions[api])
-            if not (self._found and getattr(response, "error_code", None) == NOT_COORDINATOR
-                    and time.monotonic() < deadline):
+            if not (self._found and told_not_coordinator(response) and time.monotonic() < deadline):
                 return response
             time.sleep(0.2)
             self.find_coordinator()
