@@ -22,26 +22,26 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
 
 NO_HOLDER = -1
 _CLAIM_ATTEMPTS = 3
 
 
-class ObservedLease(Protocol):
-    """A lease as a contender reads it: a group's, or a transactional id's (``broker_core.transactions``)."""
+@dataclass(frozen=True)
+class Lease:
+    """The lease part of a group's or a transactional id's item (``broker_core.transactions``):
+    ``key`` is the group id or the transactional id."""
+
+    key: str
+    holder: int
+    coordinator_epoch: int
+    heartbeat: int
+    lease_duration_ms: int
 
     @property
-    def key(self) -> str: ...
-
-    @property
-    def observation(self) -> tuple[int, int, int]: ...
-
-    @property
-    def lease_duration_ms(self) -> int: ...
-
-    @property
-    def holder(self) -> int: ...
+    def observation(self) -> tuple[int, int, int]:
+        """What a contender compares between sightings: any change means the holder is alive."""
+        return (self.holder, self.coordinator_epoch, self.heartbeat)
 
 
 class LeaseObserver:
@@ -50,7 +50,7 @@ class LeaseObserver:
     def __init__(self) -> None:
         self._sightings: dict[str, tuple[tuple[int, int, int], float]] = {}
 
-    def lapsed(self, lease: ObservedLease, now_s: float) -> bool:
+    def lapsed(self, lease: Lease, now_s: float) -> bool:
         """Record a sighting of ``lease`` at ``now_s`` (monotonic seconds); True once it has lapsed."""
         seen = self._sightings.get(lease.key)
         if seen is None or seen[0] != lease.observation:
@@ -62,22 +62,19 @@ class LeaseObserver:
         self._sightings.pop(key, None)
 
 
-_L = TypeVar("_L", bound=ObservedLease)
-
-
 @dataclass(frozen=True)
-class Claim(Generic[_L]):
+class Claim:
     """The outcome of `claim_lease`: the lease this broker took (and when it sent the read that
     preceded it), or the live broker holding it (-1: nobody this broker can name)."""
 
-    lease: _L | None
+    lease: Lease | None
     acquired_at: float
     holder: int
 
 
-async def claim_lease(*, read: Callable[[], Awaitable[_L | None]], create: Callable[[], Awaitable[_L | None]],
-                      take: Callable[[_L], Awaitable[_L | None]], observer: LeaseObserver, broker_id: int,
-                      live_brokers: Callable[[], Collection[int]], now: Callable[[], float]) -> Claim[_L]:
+async def claim_lease(*, read: Callable[[], Awaitable[Lease | None]], create: Callable[[], Awaitable[Lease | None]],
+                      take: Callable[[Lease], Awaitable[Lease | None]], observer: LeaseObserver, broker_id: int,
+                      live_brokers: Callable[[], Collection[int]], now: Callable[[], float]) -> Claim:
     """Take the lease ``read`` returns if it is missing, free or lapsed, else name its live holder."""
     for _ in range(_CLAIM_ATTEMPTS):
         sent_at = now()

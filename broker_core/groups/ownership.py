@@ -28,8 +28,8 @@ from kio.schema.errors import ErrorCode
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import ConsumerGroup, GroupState
-from .lease import KeyedLocks, LeaseObserver, claim_lease
-from .store import GroupLease, GroupStore, StoredGroup
+from .lease import KeyedLocks, Lease, LeaseObserver, claim_lease
+from .store import GroupStore, StoredGroup
 
 if TYPE_CHECKING:
     from broker_core.server.context import BrokerContext
@@ -129,7 +129,7 @@ class GroupOwnership:
         if held is not None:
             self.unload(held)
 
-        async def read() -> GroupLease | None:
+        async def read() -> Lease | None:
             stored = await self.io(self.store.read_group, group_id)
             return stored.lease if stored is not None else None
 
@@ -145,14 +145,14 @@ class GroupOwnership:
             return ErrorCode.none, self.broker_id
         return (ErrorCode.none, claim.holder) if claim.holder >= 0 else (ErrorCode.coordinator_not_available, -1)
 
-    async def _load(self, lease: GroupLease, acquired_at: float) -> None:
-        group = ConsumerGroup(group_id=lease.group_id, coordinator_epoch=lease.coordinator_epoch,
+    async def _load(self, lease: Lease, acquired_at: float) -> None:
+        group = ConsumerGroup(group_id=lease.key, coordinator_epoch=lease.coordinator_epoch,
                               lease_valid_until=acquired_at + LEASE_TRUST * self.lease_duration_ms / 1000)
-        self.groups[lease.group_id] = group
+        self.groups[lease.key] = group
         try:
-            stored: StoredGroup | None = await self.io(self.store.read_group, lease.group_id)
-            offsets = await self.io(self.store.load_offsets, lease.group_id)
-            pending = await self.io(self.store.load_pending_offsets, lease.group_id)
+            stored: StoredGroup | None = await self.io(self.store.read_group, lease.key)
+            offsets = await self.io(self.store.load_offsets, lease.key)
+            pending = await self.io(self.store.load_pending_offsets, lease.key)
         except GroupStoreUnavailableError:
             self.unload(group)
             raise

@@ -43,7 +43,7 @@ from broker_core.dynamodb_tables import (
 )
 
 from .errors import CoordinatorFencedError, GroupError, GroupStoreUnavailableError
-from .lease import NO_HOLDER
+from .lease import NO_HOLDER, Lease
 from .models import (
     GroupItem,
     GroupModels,
@@ -60,26 +60,6 @@ from .models import (
 
 _TRANSACTION_ITEMS = 99  # one transaction item is the condition check on the group
 _unavailable_on_error = failures_as(GroupStoreUnavailableError, GroupError)
-
-
-@dataclass(frozen=True)
-class GroupLease:
-    """The lease part of a group item."""
-
-    group_id: str
-    holder: int
-    coordinator_epoch: int
-    heartbeat: int
-    lease_duration_ms: int
-
-    @property
-    def key(self) -> str:
-        return self.group_id
-
-    @property
-    def observation(self) -> tuple[int, int, int]:
-        """What a contender compares between sightings: any change means the holder is alive."""
-        return (self.holder, self.coordinator_epoch, self.heartbeat)
 
 
 @dataclass(frozen=True)
@@ -114,7 +94,7 @@ EMPTY_RECORD = GroupRecord(generation=0, state="Empty", protocol_type=None, prot
 @dataclass(frozen=True)
 class StoredGroup:
     group_id: str
-    lease: GroupLease
+    lease: Lease
     record: GroupRecord
 
 
@@ -127,9 +107,9 @@ class CommittedOffset:
     expire_timestamp_ms: int | None = None
 
 
-def _lease_from_item(item: GroupItem) -> GroupLease:
-    return GroupLease(
-        group_id=item.group_id,
+def _lease_from_item(item: GroupItem) -> Lease:
+    return Lease(
+        key=item.group_id,
         holder=int(item.holder),
         coordinator_epoch=int(item.coordinator_epoch),
         heartbeat=int(item.heartbeat),
@@ -220,7 +200,7 @@ class GroupStore:
         return [_group_from_item(item) for item in self.models.group.scan(consistent_read=True)]
 
     @_unavailable_on_error
-    def create_lease(self, group_id: str, broker_id: int, lease_duration_ms: int) -> GroupLease | None:
+    def create_lease(self, group_id: str, broker_id: int, lease_duration_ms: int) -> Lease | None:
         """Create the item of a group nobody has held, held by ``broker_id`` at epoch 1.
 
         None when another broker created it first.
@@ -239,7 +219,7 @@ class GroupStore:
         return _lease_from_item(item)
 
     @_unavailable_on_error
-    def take_lease(self, seen: GroupLease, broker_id: int, lease_duration_ms: int) -> GroupLease | None:
+    def take_lease(self, seen: Lease, broker_id: int, lease_duration_ms: int) -> Lease | None:
         """Take the lease ``seen`` describes (released, lapsed, or left by an earlier incarnation).
 
         The write is conditional on the epoch and heartbeat in ``seen`` and bumps the epoch, so at
@@ -254,12 +234,12 @@ class GroupStore:
             model.lease_duration_ms.set(lease_duration_ms),
         ]
         try:
-            model(seen.group_id).update(actions, condition)
+            model(seen.key).update(actions, condition)
         except PynamoDBException as err:
             if condition_failed(err):
                 return None
             raise
-        return GroupLease(seen.group_id, broker_id, seen.coordinator_epoch + 1, seen.heartbeat + 1, lease_duration_ms)
+        return Lease(seen.key, broker_id, seen.coordinator_epoch + 1, seen.heartbeat + 1, lease_duration_ms)
 
     @_unavailable_on_error
     def heartbeat_lease(self, group_id: str, broker_id: int, coordinator_epoch: int) -> None:

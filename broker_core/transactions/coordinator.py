@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from broker_core.clock import wall_clock_ms
-from broker_core.groups.lease import KeyedLocks, LeaseObserver, claim_lease
+from broker_core.groups.lease import KeyedLocks, Lease, LeaseObserver, claim_lease
 from broker_core.groups.offsets import MARKER_TOPIC, marker_partition
 from broker_core.metadata.errors import MetadataError
 from broker_core.protocol.api_keys import ApiKey
@@ -52,7 +52,7 @@ from .state import (
     TxnState,
     new_transaction,
 )
-from .store import NO_HOLDER, StoredTransaction, TransactionLease, TransactionStore
+from .store import NO_HOLDER, StoredTransaction, TransactionStore
 
 if TYPE_CHECKING:
     from broker_core.server.context import BrokerContext
@@ -222,7 +222,7 @@ class TransactionCoordinator:
         if entry is not None:
             self._unload(entry)
 
-        async def read() -> TransactionLease | None:
+        async def read() -> Lease | None:
             stored = await self.io(self.store.read, transactional_id)
             return stored.lease if stored is not None else None
 
@@ -237,12 +237,12 @@ class TransactionCoordinator:
             return ErrorCode.none, self.broker_id
         return (ErrorCode.none, claim.holder) if claim.holder >= 0 else (ErrorCode.coordinator_not_available, -1)
 
-    async def _load(self, lease: TransactionLease, acquired_at: float) -> None:
-        entry = HeldTransaction(lease.transactional_id, lease.coordinator_epoch,
+    async def _load(self, lease: Lease, acquired_at: float) -> None:
+        entry = HeldTransaction(lease.key, lease.coordinator_epoch,
                                 acquired_at + LEASE_TRUST * self.lease_duration_ms / 1000)
-        self.held[lease.transactional_id] = entry
+        self.held[lease.key] = entry
         try:
-            stored = await self.io(self.store.read, lease.transactional_id)
+            stored = await self.io(self.store.read, lease.key)
         except TransactionStoreUnavailableError:
             self._unload(entry)
             raise
@@ -252,7 +252,7 @@ class TransactionCoordinator:
         entry.state = stored.state
         entry.loading = False
         log.info("broker %d coordinates transactional id %s at epoch %d (%s)", self.broker_id,
-                 lease.transactional_id, lease.coordinator_epoch,
+                 lease.key, lease.coordinator_epoch,
                  stored.state.state.value if stored.state else "no transaction yet")
         if entry.state is not None and entry.state.state.preparing:
             # The previous coordinator stopped between Prepare* and Complete*: finish its markers.
@@ -619,7 +619,7 @@ class TransactionCoordinator:
                 stored, error = [], ErrorCode.coordinator_not_available
             for s in stored:
                 if (s.lease.holder == NO_HOLDER or s.lease.holder not in live) and s.state is not None:
-                    states.setdefault(s.lease.transactional_id, s.state)
+                    states.setdefault(s.lease.key, s.state)
         listed = [
             {"transactional_id": tid, "producer_id": st.producer_id, "transaction_state": st.state.value}
             for tid, st in sorted(states.items())

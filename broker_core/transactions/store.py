@@ -25,7 +25,7 @@ from pynamodb.models import Model
 
 from broker_core.aws import AwsSettings
 from broker_core.dynamodb_tables import bind_model, condition_failed, ensure_tables, failures_as
-from broker_core.groups.lease import NO_HOLDER
+from broker_core.groups.lease import NO_HOLDER, Lease
 
 from .errors import TransactionCoordinatorFencedError, TransactionError, TransactionStoreUnavailableError
 from .state import TopicPartition, TransactionState, TxnState
@@ -53,30 +53,13 @@ class TransactionItem(Model):
 
 
 @dataclass(frozen=True)
-class TransactionLease:
-    transactional_id: str
-    holder: int
-    coordinator_epoch: int
-    heartbeat: int
-    lease_duration_ms: int
-
-    @property
-    def key(self) -> str:
-        return self.transactional_id
-
-    @property
-    def observation(self) -> tuple[int, int, int]:
-        return (self.holder, self.coordinator_epoch, self.heartbeat)
-
-
-@dataclass(frozen=True)
 class StoredTransaction:
-    lease: TransactionLease
+    lease: Lease
     state: TransactionState | None
 
 
-def _lease(item: TransactionItem) -> TransactionLease:
-    return TransactionLease(item.transactional_id, int(item.holder), int(item.coordinator_epoch),
+def _lease(item: TransactionItem) -> Lease:
+    return Lease(item.transactional_id, int(item.holder), int(item.coordinator_epoch),
                             int(item.heartbeat), int(item.lease_duration_ms))
 
 
@@ -123,7 +106,7 @@ class TransactionStore:
         return [s for s in stored if s.state is not None]
 
     @_unavailable_on_error
-    def create_lease(self, transactional_id: str, holder: int, lease_duration_ms: int) -> TransactionLease | None:
+    def create_lease(self, transactional_id: str, holder: int, lease_duration_ms: int) -> Lease | None:
         """Take the lease of a transactional id no item exists for; None if another broker created it first."""
         item = self.model(transactional_id, holder=holder, coordinator_epoch=1, heartbeat=0,
                           lease_duration_ms=lease_duration_ms)
@@ -133,13 +116,13 @@ class TransactionStore:
             if condition_failed(err):
                 return None
             raise
-        return TransactionLease(transactional_id, holder, 1, 0, lease_duration_ms)
+        return Lease(transactional_id, holder, 1, 0, lease_duration_ms)
 
     @_unavailable_on_error
-    def take_lease(self, seen: TransactionLease, holder: int, lease_duration_ms: int) -> TransactionLease | None:
+    def take_lease(self, seen: Lease, holder: int, lease_duration_ms: int) -> Lease | None:
         """Take over a lease that is free or lapsed, conditional on it being unchanged since ``seen``."""
         epoch = seen.coordinator_epoch + 1
-        item = self.model(seen.transactional_id)
+        item = self.model(seen.key)
         try:
             item.update(
                 actions=[self.model.holder.set(holder), self.model.coordinator_epoch.set(epoch),
@@ -151,7 +134,7 @@ class TransactionStore:
             if condition_failed(err):
                 return None
             raise
-        return TransactionLease(seen.transactional_id, holder, epoch, 0, lease_duration_ms)
+        return Lease(seen.key, holder, epoch, 0, lease_duration_ms)
 
     @_unavailable_on_error
     def heartbeat_lease(self, transactional_id: str, holder: int, coordinator_epoch: int) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from broker_core.groups.lease import LeaseObserver
-from broker_core.groups.store import GroupLease
+from broker_core.groups.lease import Lease, LeaseObserver
 
 
-def lease(heartbeat: int, holder: int = 1, epoch: int = 4, duration_ms: int = 3000) -> GroupLease:
-    return GroupLease("g", holder, epoch, heartbeat, duration_ms)
+def lease(heartbeat: int, holder: int = 1, epoch: int = 4, duration_ms: int = 3000) -> Lease:
+    return Lease("g", holder, epoch, heartbeat, duration_ms)
 
 
 def test_a_lease_lapses_only_after_a_whole_duration_without_change() -> None:
