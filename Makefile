@@ -34,7 +34,7 @@ $(SYSSTAMP): | $(STAMP)
 sysdeps: $(SYSSTAMP)
 
 test: $(STAMP) $(SYSSTAMP)
-	$(PY) -m pytest -q -m "not faults" -p no:cacheprovider
+	$(PY) -m pytest -q -m "not faults" -p no:cacheprovider --durations=30
 
 faults: $(STAMP) $(SYSSTAMP)
 	$(PY) -m pytest -q -m faults -p no:cacheprovider
