@@ -16,7 +16,6 @@ import base64
 import binascii
 import datetime
 import enum
-import json
 from typing import Annotated, Any
 
 from pydantic import (
@@ -26,10 +25,11 @@ from pydantic import (
     Field,
     JsonValue,
     Tag,
+    TypeAdapter,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, to_json
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -92,7 +92,9 @@ class TypedData(_Strict):
             return decode_base64(self.data)  # type: ignore[arg-type]
         if self.type == DataType.STRING:
             return self.data.encode("utf-8")  # type: ignore[union-attr]
-        return json.dumps(self.data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        # pydantic-core's serializer writes what json.dumps(separators=(",", ":"), ensure_ascii=False)
+        # writes, NaN and Infinity included, at a fraction of the cost.
+        return to_json(self.data, inf_nan_mode="constants")
 
 
 class RecordHeader(_Strict):
@@ -169,6 +171,8 @@ UNION_TAGS = ("many-records", "one-record")
 
 
 def _produce_body_kind(value: Any) -> str:
+    if isinstance(value, ProduceRecords):  # validated already, from the raw body (`parse_produce_body`)
+        return UNION_TAGS[0]
     return UNION_TAGS[0] if isinstance(value, dict) and "records" in value else UNION_TAGS[1]
 
 
@@ -176,6 +180,14 @@ ProduceBody = Annotated[
     Annotated[ProduceRecords, Tag(UNION_TAGS[0])] | Annotated[ProduceRecord, Tag(UNION_TAGS[1])],
     Discriminator(_produce_body_kind),
 ]
+_PRODUCE_BODY: TypeAdapter[ProduceRecords | ProduceRecord] = TypeAdapter(ProduceBody)
+
+
+def parse_produce_body(text: str | bytes) -> ProduceRecords | ProduceRecord:
+    """A produce body validated straight from its JSON text (pydantic-core parses and validates in one
+    pass, with no intermediate dicts); raises pydantic's ValidationError as validating the parsed
+    JSON would, and the validated body passes the route's validation again as it is."""
+    return _PRODUCE_BODY.validate_json(text)
 
 
 class ProduceResult(BaseModel):
