@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from http import HTTPStatus
 from typing import Any
 
@@ -23,13 +22,12 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import ValidationError
 
 from broker_core.client import ClientError, KafkaError
 from functions import fetch, groups, produce, runtime, topics
 from functions.caller import principal_of, source_ip
 from functions.errors import ApiError, FieldError, api_error_for, hidden
-from functions.models import TOO_MANY_RECORDS, UNION_TAGS, parse_produce_body
+from functions.models import TOO_MANY_RECORDS, UNION_TAGS
 from functions.quotas import QuotaUnavailableError
 from functions.telemetry import logger, metrics, tracer
 
@@ -37,19 +35,8 @@ API_TITLE = "Floe HTTP API"
 API_VERSION = "1.0.0"
 # Lambda takes request payloads up to 6 MB; API Gateway would pass larger ones on to a failed invoke.
 MAX_REQUEST_BYTES = 6 * 1024 * 1024
-_PRODUCE_PATH = re.compile(r"^/v1/topics/[^/]+/records$")
-
 
 def _parse_json(text: str) -> Any:
-    """The body of the request being resolved. A produce body is validated straight from its text
-    (half the cost of parsing it to dicts and validating those); one that fails is parsed as any other
-    body, so the route's validation reports its errors exactly as for any body."""
-    event = app.current_event
-    if event.http_method == "POST" and _PRODUCE_PATH.match(event.path):
-        try:
-            return parse_produce_body(text)
-        except ValidationError:
-            pass
     try:
         return json.loads(text)
     except RecursionError:

@@ -25,7 +25,6 @@ from pydantic import (
     Field,
     JsonValue,
     Tag,
-    TypeAdapter,
     field_validator,
     model_validator,
 )
@@ -171,8 +170,6 @@ UNION_TAGS = ("many-records", "one-record")
 
 
 def _produce_body_kind(value: Any) -> str:
-    if isinstance(value, ProduceRecords):  # validated already, from the raw body (`parse_produce_body`)
-        return UNION_TAGS[0]
     return UNION_TAGS[0] if isinstance(value, dict) and "records" in value else UNION_TAGS[1]
 
 
@@ -180,14 +177,6 @@ ProduceBody = Annotated[
     Annotated[ProduceRecords, Tag(UNION_TAGS[0])] | Annotated[ProduceRecord, Tag(UNION_TAGS[1])],
     Discriminator(_produce_body_kind),
 ]
-_PRODUCE_BODY: TypeAdapter[ProduceRecords | ProduceRecord] = TypeAdapter(ProduceBody)
-
-
-def parse_produce_body(text: str | bytes) -> ProduceRecords | ProduceRecord:
-    """A produce body validated straight from its JSON text (pydantic-core parses and validates in one
-    pass, with no intermediate dicts); raises pydantic's ValidationError as validating the parsed
-    JSON would, and the validated body passes the route's validation again as it is."""
-    return _PRODUCE_BODY.validate_json(text)
 
 
 class ProduceResult(BaseModel):
