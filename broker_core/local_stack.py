@@ -231,7 +231,8 @@ class LocalStack:
         (self.directory / "logs").mkdir(exist_ok=True)
         for name, value in (("AWS_ACCESS_KEY_ID", "floe-local"), ("AWS_SECRET_ACCESS_KEY", "floe-local")):
             os.environ.setdefault(name, value)
-        self.moto = start_moto_server(self.host, 0, log_path=self.directory / "logs" / "moto.log")
+        if self.moto is None:  # one handed in (a moto server, or a proxy in front of one) is used as it is
+            self.moto = start_moto_server(self.host, 0, log_path=self.directory / "logs" / "moto.log")
         try:
             MetadataStore(self.aws).ensure_tables()
             s3 = self._s3()

@@ -16,7 +16,6 @@ import base64
 import binascii
 import datetime
 import enum
-import json
 from typing import Annotated, Any
 
 from pydantic import (
@@ -29,7 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, to_json
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -92,7 +91,9 @@ class TypedData(_Strict):
             return decode_base64(self.data)  # type: ignore[arg-type]
         if self.type == DataType.STRING:
             return self.data.encode("utf-8")  # type: ignore[union-attr]
-        return json.dumps(self.data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        # pydantic-core's serializer writes what json.dumps(separators=(",", ":"), ensure_ascii=False)
+        # writes, NaN and Infinity included, at a fraction of the cost.
+        return to_json(self.data, inf_nan_mode="constants")
 
 
 class RecordHeader(_Strict):

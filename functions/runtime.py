@@ -10,11 +10,19 @@ from the environment: ``FLOE_BOOTSTRAP_SERVERS`` plus the AWS settings of `AwsSe
 ``FLOE_CLIENT_PROPERTIES_FILE``: a properties file of librdkafka's client security settings
 (`security.protocol`, `ssl.ca.location`, `sasl.mechanisms`, `sasl.username`, `sasl.password`) for
 brokers whose listeners are secured; unset, the front end connects PLAINTEXT.
+
+Once a new container has served its first invocation, everything it will keep (imported modules,
+pydantic schemas, clients, the kio message classes its first requests loaded) is moved out of the
+garbage collector's sight with `gc.freeze`. Otherwise every few produce requests of a few hundred
+records promote enough objects to start a full collection, which walks those ~180,000 long-lived
+objects again: about 150 ms of CPU each time, the cause of the front end's p99 being ten times its
+p50 (docs/performance.md, "HTTP front end: tail latency").
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import queue
 import threading
@@ -179,10 +187,12 @@ def settings() -> FrontEndSettings:
 def borrowed_container(principal: str = ANONYMOUS, host: str = "") -> Iterator[Container]:
     """A container for the length of one invocation (an idle one if there is one), made on behalf
     of ``principal`` (the caller, `functions.caller`) from ``host`` (its source address)."""
+    warm = True
     try:
         container = _idle.get_nowait()
     except queue.Empty:
         container = Container(settings())
+        warm = False
     _current.container = container
     _current.principal = principal
     _current.host = host
@@ -191,6 +201,8 @@ def borrowed_container(principal: str = ANONYMOUS, host: str = "") -> Iterator[C
     finally:
         _current.container = None
         _current.principal = None
+        if not warm:
+            gc.freeze()  # what the container keeps is made now; see the module doc
         _idle.put(container)
 
 
