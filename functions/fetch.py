@@ -143,7 +143,7 @@ def _indexes(container: runtime.Container, segment: RemoteSegment) -> SegmentInd
     return indexes
 
 
-@tracer.capture_method
+@tracer.capture_method(capture_response=False)  # records and batches: too big for a trace
 def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: int,
                 max_bytes: int, *, read_committed: bool = False) -> tuple[list[Record], int]:
     """Records from ``offset`` on out of one remote segment: (records, next offset).
@@ -270,7 +270,7 @@ def _from_s3(container: runtime.Container, description: TopicDescription, partit
     return None
 
 
-@tracer.capture_method
+@tracer.capture_method(capture_response=False)  # records and batches: too big for a trace
 def _from_broker(container: runtime.Container, topic: str, partition: int, offset: int, max_bytes: int,
                  max_wait_ms: int, read_committed: bool) -> tuple[list[Record], int, int]:
     async def fetch(client: FloeClient) -> Any:

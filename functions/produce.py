@@ -94,7 +94,7 @@ async def _max_message_bytes(client: FloeClient, container: runtime.Container, t
     return limit
 
 
-@tracer.capture_method
+@tracer.capture_method(capture_response=False)  # records and batches: too big for a trace
 def prepare(container: runtime.Container, topic: str, records: list[ProduceRecord], now_ms: int) -> PreparedProduce:
     """Place and encode the records; raises ApiError (nothing sent) when any of them cannot be appended."""
 
@@ -148,7 +148,7 @@ def prepare(container: runtime.Container, topic: str, records: list[ProduceRecor
     return PreparedProduce(topic, batches, placements)
 
 
-@tracer.capture_method
+@tracer.capture_method(capture_response=False)  # records and batches: too big for a trace
 def append(container: runtime.Container, prepared: PreparedProduce) -> dict[str, Any]:
     """Send the batches with acks=all and answer with each record's place, in request order."""
 
