@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
 
@@ -198,7 +199,7 @@ def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: in
         position += header.size
     if start + position >= segment.size_bytes:
         next_offset = max(next_offset, segment.next_offset)
-    count_topic(BYTES_OUT, segment.topic, taken_bytes)
+    count_topic(BYTES_OUT, segment.topic, taken_bytes, MetricUnit.Bytes)
     aborted = [(e.producer_id, e.first_offset) for e in indexes.aborted_between(offset, next_offset)
                ] if read_committed else []
     records = [record for batch in committed_batches(taken, aborted) for record in batch.records
@@ -289,7 +290,7 @@ def _from_broker(container: runtime.Container, topic: str, partition: int, offse
         # A batch that does not decode (a decompression bomb stops at its limit): the log is at fault.
         raise hidden(HTTPStatus.BAD_GATEWAY, f"partition {partition} of topic {topic!r} holds a batch that "
                      "cannot be read", error) from error
-    count_topic(BYTES_OUT, topic, result.raw_bytes_len)
+    count_topic(BYTES_OUT, topic, result.raw_bytes_len, MetricUnit.Bytes)
     return result.records, result.next_offset, result.high_watermark
 
 

@@ -32,6 +32,7 @@ from typing import Annotated, Any
 import boto3
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
     IdempotencyConfig,
@@ -166,7 +167,7 @@ def append(container: runtime.Container, prepared: PreparedProduce) -> dict[str,
         appended_at = result.log_append_time if result.log_append_time >= 0 else timestamp
         results.append({"partition_id": partition, "offset": result.base_offset + index, "timestamp": appended_at})
     count_topic(MESSAGES_IN, prepared.topic, len(results))
-    count_topic(BYTES_IN, prepared.topic, sum(len(batch) for batch in prepared.batches.values()))
+    count_topic(BYTES_IN, prepared.topic, sum(len(batch) for batch in prepared.batches.values()), MetricUnit.Bytes)
     return {"results": results}
 
 

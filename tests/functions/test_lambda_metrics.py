@@ -67,6 +67,12 @@ def dimension_sets(documents: list[dict[str, Any]], name: str) -> list[list[str]
             if name in {m["Name"] for m in d["Metrics"]} for names in d["Dimensions"]]
 
 
+def unit_of(documents: list[dict[str, Any]], name: str) -> str:
+    [unit] = {m["Unit"] for document in documents for d in document["_aws"]["CloudWatchMetrics"]
+              for m in d["Metrics"] if m["Name"] == name}
+    return unit
+
+
 def test_a_produce_counts_messages_and_batch_bytes_in_under_the_brokers_names(invoke, make_topic) -> None:
     topic = make_topic(partitions=1)
     records = [{"value": {"type": "STRING", "data": f"record {n}"}} for n in range(3)]
@@ -78,6 +84,7 @@ def test_a_produce_counts_messages_and_batch_bytes_in_under_the_brokers_names(in
     assert 61 + sum(len(f"record {n}") for n in range(3)) < bytes_in < 200
     assert values(documents, telemetry.FAILED_PRODUCE_REQUESTS) == []
     assert dimension_sets(documents, telemetry.MESSAGES_IN) == [["service", "topic"]]
+    assert unit_of(documents, telemetry.BYTES_IN) == "Bytes"
     assert values(documents, telemetry.REQUESTS, request="Produce") == [1.0]
     [elapsed] = values(documents, telemetry.REQUEST_TIME_MS, request="Produce")
     assert elapsed > 0
