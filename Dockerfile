@@ -7,6 +7,7 @@
 # FLOE_BROKER_ID, FLOE_RACK and FLOE_ADVERTISED_HOST; FLOE_BROKER_SETTINGS holds Kafka broker
 # settings as space-separated key=value pairs. AWS settings come from AWS_REGION, FLOE_BUCKET,
 # FLOE_TABLE_PREFIX (and FLOE_AWS_ENDPOINT_URL off AWS); credentials from the task role.
+# The broker logs one JSON object per line (FLOE_LOG_FORMAT=json, floe.log.format) for CloudWatch Logs.
 #
 #   docker build -t floe-broker .
 
@@ -25,6 +26,7 @@ RUN useradd --system --uid 10001 --home-dir /var/lib/floe floe \
     && chown floe:floe /var/lib/floe
 COPY --from=wheels /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+ENV FLOE_LOG_FORMAT=json
 COPY <<'EOF' /usr/local/bin/floe-broker
 #!/bin/sh
 # Start one broker with the identity of the instance it runs on.

@@ -252,6 +252,10 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("floe.inter.broker.sasl.username", _STRING, "", "This broker's user name on a SASL inter-broker listener."),
     _broker("floe.inter.broker.sasl.password", _STRING, "", "This broker's password on a SASL inter-broker listener.",
             public=False),
+    _broker("floe.log.format", _STRING, "text",
+            "text: one human-readable line per event; json: one JSON object per line (time, level, logger, "
+            "message, and topic, partition and epoch fields on partition events), for CloudWatch Logs and "
+            "other log stores. The broker image and template.yaml set json."),
     # Topic settings; those of the partition log in LogConfig's field order, the order it applies them in.
     _topic("segment.bytes", _INT, 1024**3, "A segment rolls once it holds this many bytes.",
            "log.segment.bytes", log_field="segment_bytes"),

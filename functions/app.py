@@ -7,14 +7,16 @@ before anything parses them, and produce requests of more than ``MAX_RECORDS_PER
 route, validate (pydantic, `enable_validation`) and answer. Errors leave as JSON in one shape
 (functions.errors): field errors 422 (400 for a body that is not JSON), refusals 4xx, an
 unreachable cluster 503. ``GET /v1/openapi.json`` serves the OpenAPI document generated from the
-routes and models. Logger, Metrics and Tracer are Powertools'; the local adapter turns metrics and
-tracing off through their environment switches.
+routes and models. Logger, Metrics and Tracer are Powertools'; every invocation counts one request
+of its Kafka kind and its time, and the first of a container a cold start (`functions.telemetry`);
+the local adapter turns metrics and tracing off through their environment switches.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import time
 from http import HTTPStatus
 from typing import Any
 
@@ -29,7 +31,7 @@ from functions.caller import principal_of, source_ip
 from functions.errors import ApiError, FieldError, api_error_for, hidden
 from functions.models import TOO_MANY_RECORDS, UNION_TAGS
 from functions.quotas import QuotaUnavailableError
-from functions.telemetry import logger, metrics, tracer
+from functions.telemetry import logger, metrics, record_request, request_name, tracer
 
 API_TITLE = "Floe HTTP API"
 API_VERSION = "1.0.0"
@@ -138,8 +140,18 @@ def _answer(error: ApiError) -> dict[str, Any]:
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 @tracer.capture_lambda_handler
-@metrics.log_metrics
+@metrics.log_metrics(capture_cold_start_metric=True)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        return _handle(event, context)
+    finally:
+        http = (event.get("requestContext") or {}).get("http") or {}
+        record_request(request_name(str(http.get("method", "")), str(event.get("rawPath", ""))),
+                       (time.perf_counter() - started) * 1000.0)
+
+
+def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     size = _request_bytes(event)
     if size > MAX_REQUEST_BYTES:
         return _answer(ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError as BotoClientError
 
@@ -51,6 +52,7 @@ from functions.models import (
     FetchResponse,
     encode_base64,
 )
+from functions.telemetry import BYTES_OUT, FAILED_FETCH_REQUESTS, count_topic, tracer
 from tiered_storage.indexes import CorruptIndexesObjectError, SegmentIndexes, decode_indexes
 from tiered_storage.manifest import ManifestError, RemoteSegment
 from tiered_storage.retention import is_tiered
@@ -142,6 +144,7 @@ def _indexes(container: runtime.Container, segment: RemoteSegment) -> SegmentInd
     return indexes
 
 
+@tracer.capture_method(capture_response=False)  # records and batches: too big for a trace
 def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: int,
                 max_bytes: int, *, read_committed: bool = False) -> tuple[list[Record], int]:
     """Records from ``offset`` on out of one remote segment: (records, next offset).
@@ -196,6 +199,7 @@ def read_tiered(container: runtime.Container, segment: RemoteSegment, offset: in
         position += header.size
     if start + position >= segment.size_bytes:
         next_offset = max(next_offset, segment.next_offset)
+    count_topic(BYTES_OUT, segment.topic, taken_bytes, MetricUnit.Bytes)
     aborted = [(e.producer_id, e.first_offset) for e in indexes.aborted_between(offset, next_offset)
                ] if read_committed else []
     records = [record for batch in committed_batches(taken, aborted) for record in batch.records
@@ -267,6 +271,7 @@ def _from_s3(container: runtime.Container, description: TopicDescription, partit
     return None
 
 
+@tracer.capture_method(capture_response=False)  # records and batches: too big for a trace
 def _from_broker(container: runtime.Container, topic: str, partition: int, offset: int, max_bytes: int,
                  max_wait_ms: int, read_committed: bool) -> tuple[list[Record], int, int]:
     async def fetch(client: FloeClient) -> Any:
@@ -285,6 +290,7 @@ def _from_broker(container: runtime.Container, topic: str, partition: int, offse
         # A batch that does not decode (a decompression bomb stops at its limit): the log is at fault.
         raise hidden(HTTPStatus.BAD_GATEWAY, f"partition {partition} of topic {topic!r} holds a batch that "
                      "cannot be read", error) from error
+    count_topic(BYTES_OUT, topic, result.raw_bytes_len, MetricUnit.Bytes)
     return result.records, result.next_offset, result.high_watermark
 
 
@@ -329,6 +335,15 @@ def fetch_records(
     if offset is not None and timestamp is not None:
         raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, "give offset or timestamp, not both")
     runtime.require(AclOperation.READ, ResourceType.TOPIC, topic)
+    try:
+        return _fetch(topic, partition, offset, timestamp, max_bytes, format, max_wait_ms, isolation)
+    except Exception:
+        count_topic(FAILED_FETCH_REQUESTS, topic, 1)
+        raise
+
+
+def _fetch(topic: str, partition: int, offset: int | None, timestamp: int | None, max_bytes: int, format: Format,
+           max_wait_ms: int, isolation: Isolation) -> FetchResponse:
     container, principal = runtime.current(), runtime.current_principal()
     allowance = container.quotas.fetch_allowance(principal)
     if allowance.tokens is not None:  # no more than the caller's quota bucket holds (at least one batch)

@@ -14,6 +14,10 @@ answer without appending again, the same key with a different body is refused (4
 while the first is still running gets 409. Records without a key or partition all go to one
 partition picked at random per request, as Kafka's sticky partitioner does per batch. A caller over
 its ``producer_byte_rate`` quota (functions.quotas) gets 429 before anything is sent.
+
+Metrics (`functions.telemetry`): records and batch bytes appended count to the topic's messages-in
+and bytes-in (an idempotent replay appends nothing and counts nothing); a request that passed its
+ACL check and then failed counts one failed produce request.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from functions.models import (
     ProduceRecords,
     ProduceResponse,
 )
-from functions.telemetry import metrics
+from functions.telemetry import BYTES_IN, FAILED_PRODUCE_REQUESTS, MESSAGES_IN, count_topic, tracer
 
 router = Router()
 
@@ -91,6 +95,7 @@ async def _max_message_bytes(client: FloeClient, container: runtime.Container, t
     return limit
 
 
+@tracer.capture_method(capture_response=False)  # records and batches: too big for a trace
 def prepare(container: runtime.Container, topic: str, records: list[ProduceRecord], now_ms: int) -> PreparedProduce:
     """Place and encode the records; raises ApiError (nothing sent) when any of them cannot be appended."""
 
@@ -144,6 +149,7 @@ def prepare(container: runtime.Container, topic: str, records: list[ProduceRecor
     return PreparedProduce(topic, batches, placements)
 
 
+@tracer.capture_method(capture_response=False)  # records and batches: too big for a trace
 def append(container: runtime.Container, prepared: PreparedProduce) -> dict[str, Any]:
     """Send the batches with acks=all and answer with each record's place, in request order."""
 
@@ -160,7 +166,8 @@ def append(container: runtime.Container, prepared: PreparedProduce) -> dict[str,
         result = landed[partition]
         appended_at = result.log_append_time if result.log_append_time >= 0 else timestamp
         results.append({"partition_id": partition, "offset": result.base_offset + index, "timestamp": appended_at})
-    metrics.add_metric(name="RecordsProduced", unit=MetricUnit.Count, value=len(results))
+    count_topic(MESSAGES_IN, prepared.topic, len(results))
+    count_topic(BYTES_IN, prepared.topic, sum(len(batch) for batch in prepared.batches.values()), MetricUnit.Bytes)
     return {"results": results}
 
 
@@ -218,6 +225,14 @@ def produce_records(
     idempotency_key: Annotated[str | None, Header(alias="idempotency-key", min_length=1, max_length=255)] = None,
 ) -> ProduceResponse:
     runtime.require(AclOperation.WRITE, ResourceType.TOPIC, topic)
+    try:
+        return _produce(topic, body, idempotency_key)
+    except Exception:
+        count_topic(FAILED_PRODUCE_REQUESTS, topic, 1)
+        raise
+
+
+def _produce(topic: str, body: ProduceBody, idempotency_key: str | None) -> ProduceResponse:
     container = runtime.current()
     records = body.records if isinstance(body, ProduceRecords) else [body]
     prepared = prepare(container, topic, records, wall_clock_ms())

@@ -8,8 +8,11 @@ needed for correctness: every cache entry expires within ``METADATA_TTL_S``, a b
 contradicts the cache drops it, and a broken client is replaced on the next call. Settings come
 from the environment: ``FLOE_BOOTSTRAP_SERVERS`` plus the AWS settings of `AwsSettings.from_env`, and
 ``FLOE_CLIENT_PROPERTIES_FILE``: a properties file of librdkafka's client security settings
-(`security.protocol`, `ssl.ca.location`, `sasl.mechanisms`, `sasl.username`, `sasl.password`) for
-brokers whose listeners are secured; unset, the front end connects PLAINTEXT.
+(`security.protocol`, `ssl.ca.location`, `sasl.mechanisms`, `sasl.username`, `sasl.password`,
+`sasl.oauthbearer.config`) for brokers whose listeners are secured, or ``FLOE_CLIENT_PROPERTIES``: the
+same settings as a JSON object, which is how template.yaml hands them to a deployed function (SASL
+OAUTHBEARER with the function role's IAM token: the role is the brokers' principal, docs/security.md);
+neither set, the front end connects PLAINTEXT.
 
 Once a new container has served its first invocation, everything it will keep (imported modules,
 pydantic schemas, clients, the kio message classes its first requests loaded) is moved out of the
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import queue
 import threading
@@ -47,6 +51,7 @@ from tiered_storage.manifest import ManifestStore
 
 ENV_BOOTSTRAP_SERVERS = "FLOE_BOOTSTRAP_SERVERS"
 ENV_CLIENT_PROPERTIES_FILE = "FLOE_CLIENT_PROPERTIES_FILE"
+ENV_CLIENT_PROPERTIES = "FLOE_CLIENT_PROPERTIES"
 IDEMPOTENCY_TABLE = "http_idempotency"
 METADATA_TTL_S = 30.0
 _S3_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=8)
@@ -69,12 +74,29 @@ class FrontEndSettings:
         servers = os.environ.get(ENV_BOOTSTRAP_SERVERS, "").strip()
         if not servers:
             raise ConfigurationError(f"{ENV_BOOTSTRAP_SERVERS} is not set: the front end needs a broker address")
-        properties_file = os.environ.get(ENV_CLIENT_PROPERTIES_FILE, "").strip()
-        security = ClientSecurity.from_properties(read_properties(properties_file)) if properties_file else PLAINTEXT
-        return cls(bootstrap_servers=servers, aws=AwsSettings.from_env(), security=security)
+        return cls(bootstrap_servers=servers, aws=AwsSettings.from_env(), security=_client_security())
 
     def table(self, base_name: str) -> str:
         return self.aws.table_prefix + base_name
+
+
+def _client_security() -> ClientSecurity:
+    """The broker client's security settings from FLOE_CLIENT_PROPERTIES_FILE or FLOE_CLIENT_PROPERTIES."""
+    properties_file = os.environ.get(ENV_CLIENT_PROPERTIES_FILE, "").strip()
+    inline = os.environ.get(ENV_CLIENT_PROPERTIES, "").strip()
+    if properties_file and inline:
+        raise ConfigurationError(f"set {ENV_CLIENT_PROPERTIES_FILE} or {ENV_CLIENT_PROPERTIES}, not both")
+    if properties_file:
+        return ClientSecurity.from_properties(read_properties(properties_file))
+    if not inline:
+        return PLAINTEXT
+    try:
+        properties = json.loads(inline)
+    except ValueError as error:
+        raise ConfigurationError(f"{ENV_CLIENT_PROPERTIES} is not JSON: {error}") from None
+    if not isinstance(properties, dict) or not all(isinstance(v, str) for v in properties.values()):
+        raise ConfigurationError(f"{ENV_CLIENT_PROPERTIES} must be a JSON object of string properties")
+    return ClientSecurity.from_properties(properties)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import FrameDecoder, FramingError, decode_response, encode_request
 from broker_core.protocol.messages import SUPPORTED_VERSIONS, api_name, build_entity, request_class
 from broker_core.security.errors import AuthenticationError
+from broker_core.security.iam import iam_oauth_cb
 from broker_core.security.scram import ScramClient
 
 from .errors import (
@@ -35,7 +36,7 @@ from .errors import (
     UnsupportedVersionError,
     raise_for,
 )
-from .security import PLAINTEXT, ClientSecurity
+from .security import OAUTHBEARER, PLAINTEXT, ClientSecurity
 
 # The newest version of each API this client fills every field of; negotiation takes the lower of
 # this and the broker's newest. (DeleteTopics v6 and Fetch v13 address topics by id.)
@@ -160,7 +161,14 @@ class BrokerConnection:
             return response
 
         username, password = self.security.username, self.security.password
-        if mechanism == "PLAIN":
+        if mechanism == OAUTHBEARER:
+            # Signing is local (no network call) but boto3 may read credential files: off the loop.
+            try:
+                token, _ = await asyncio.to_thread(iam_oauth_cb, self.security.oauthbearer_config)
+            except AuthenticationError as exc:
+                raise AuthenticationFailedError(f"{self.host}:{self.port}: no IAM token: {exc}") from None
+            response = await exchange(f"n,,\x01auth=Bearer {token}\x01\x01".encode("ascii"))
+        elif mechanism == "PLAIN":
             response = await exchange(b"\x00" + username.encode() + b"\x00" + password.encode())
         else:
             scram = ScramClient(mechanism, username, password)

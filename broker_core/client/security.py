@@ -1,9 +1,13 @@
-"""How a Floe client secures its connections: TLS and SASL (PLAIN, SCRAM-SHA-256/512), librdkafka's names.
+"""How a Floe client secures its connections: TLS and SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER with AWS
+IAM tokens), librdkafka's names.
 
 `ClientSecurity` is what `BrokerConnection` needs: the security protocol, a TLS context (which checks
 the broker's certificate and host name) and the SASL mechanism and credentials. It is built from
 librdkafka properties (`from_properties`: `security.protocol`, `ssl.ca.location`,
-`ssl.certificate.location`, `ssl.key.location`, `sasl.mechanisms`, `sasl.username`, `sasl.password`),
+`ssl.certificate.location`, `ssl.key.location`, `sasl.mechanisms`, `sasl.username`, `sasl.password`,
+and for OAUTHBEARER `sasl.oauthbearer.config`: ``audience=A region=R [sts_endpoint=URL]``, the IAM
+token `broker_core.security.iam` signs with boto3's credential chain, so the process's own AWS
+identity, a Lambda's execution role for instance, is the principal),
 the `client_config` object a secured local stack writes to stack.json, so the `floe` commands and
 confluent-kafka read the same settings, or from a Java properties file of them (`read_properties`, what
 Kafka's CLIs take as `--command-config`). A broker builds the one for its inter-broker connections from
@@ -17,10 +21,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker_core.security.iam import parse_oauth_config
 from broker_core.security.scram import SCRAM_MECHANISMS
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-CLIENT_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+OAUTHBEARER = "OAUTHBEARER"
+CLIENT_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER)
 
 
 class ClientSecurityError(ValueError):
@@ -34,6 +40,7 @@ class ClientSecurity:
     sasl_mechanism: str | None = None
     username: str = ""
     password: str = ""
+    oauthbearer_config: str = ""
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -43,7 +50,12 @@ class ClientSecurity:
         if self.sasl and self.sasl_mechanism not in CLIENT_MECHANISMS:
             raise ClientSecurityError(f"sasl.mechanisms must be one of {', '.join(CLIENT_MECHANISMS)}, "
                                       f"got {self.sasl_mechanism!r}")
-        if self.sasl and not self.username:
+        if self.sasl and self.sasl_mechanism == OAUTHBEARER:
+            try:
+                parse_oauth_config(self.oauthbearer_config)
+            except ValueError as exc:
+                raise ClientSecurityError(str(exc)) from None
+        elif self.sasl and not self.username:
             raise ClientSecurityError("sasl.username is required with SASL")
 
     @property
@@ -75,8 +87,9 @@ class ClientSecurity:
                 raise ClientSecurityError(f"TLS files cannot be loaded: {exc}") from None
             if properties.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
                 context.check_hostname = False
-        return cls(protocol, context, properties.get("sasl.mechanisms") or properties.get("sasl.mechanism"),
-                   properties.get("sasl.username", ""), properties.get("sasl.password", ""))
+        mechanism = properties.get("sasl.mechanisms") or properties.get("sasl.mechanism")
+        return cls(protocol, context, mechanism, properties.get("sasl.username", ""),
+                   properties.get("sasl.password", ""), properties.get("sasl.oauthbearer.config", ""))
 
 
 PLAINTEXT = ClientSecurity()

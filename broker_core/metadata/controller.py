@@ -41,6 +41,7 @@ thread.
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ from broker_core.metadata.state import (
     PartitionState,
 )
 from broker_core.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_DURATION_MS = 10_000
 DEFAULT_SESSION_TIMEOUT_MS = 9_000  # Kafka's broker.session.timeout.ms default
@@ -461,12 +464,17 @@ class Controller:
                 if proposal is None:
                     continue
                 try:
-                    changed.append(
-                        self._store.update_partition(proposal, partition.partition_epoch, controller_epoch)
-                    )
+                    written = self._store.update_partition(proposal, partition.partition_epoch, controller_epoch)
                 except (PartitionEpochConflictError, UnknownPartitionError):
                     # The leader changed the ISR or the topic went away since the snapshot;
                     # the next pass plans from the new state.
                     continue
+                changed.append(written)
+                log.info("%s-%d: leader %d -> %d at epoch %d, ISR %s", written.topic, written.partition,
+                         partition.leader, written.leader, written.leader_epoch, list(written.isr),
+                         extra={"topic": written.topic, "partition": written.partition, "epoch": written.leader_epoch,
+                                "previous_leader": partition.leader, "leader": written.leader,
+                                "partition_epoch": written.partition_epoch, "isr": list(written.isr),
+                                "controller_epoch": controller_epoch})
         self._planned_version = None if changed else snapshot.version
         return changed

@@ -216,7 +216,9 @@ class ReplicaFetcher:
             target = min(target, log_.log_end_offset)
             if target < log_.log_end_offset:
                 log.info("truncating %s-%d from %d to %d (leader %d epoch %d)", f.partition.topic, f.partition.index,
-                         log_.log_end_offset, target, self.leader_id, f.leader_epoch)
+                         log_.log_end_offset, target, self.leader_id, f.leader_epoch,
+                         extra={"topic": f.partition.topic, "partition": f.partition.index, "epoch": f.leader_epoch,
+                                "leader": self.leader_id, "from_offset": log_.log_end_offset, "to_offset": target})
                 f.partition.truncate_to(target)
             f.needs_truncation = False
 
@@ -284,7 +286,9 @@ class ReplicaFetcher:
         if code != ErrorCode.none:
             # Not (or no longer) the leader at our epoch: wait for the metadata to say who leads.
             log.info("%s-%d: leader %d answered %s; waiting for new metadata", partition.topic, partition.index,
-                     self.leader_id, code.name)
+                     self.leader_id, code.name,
+                     extra={"topic": partition.topic, "partition": partition.index, "epoch": partition.leader_epoch,
+                            "leader": self.leader_id, "error": code.name})
             f.stall(self._leader_trouble(self._stall_s))
             return True
         if answer.records:

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def _fields(partition: Partition, **more: object) -> dict[str, object]:
+    """The structured fields of a log event about ``partition`` (floe.log.format=json)."""
+    return {"topic": partition.topic, "partition": partition.index, "epoch": partition.leader_epoch, **more}
+
+
 def proposed_isr(partition: Partition, live_brokers: set[int], lag_max_ms: float, now_ms: float) -> tuple[int, ...]:
     """The ISR the leader should ask for now (the current one when nothing should change)."""
     me = partition.broker_id
@@ -76,12 +81,16 @@ class IsrManager:
         try:
             written = await asyncio.to_thread(self.context.store.update_partition, proposed, partition.partition_epoch)
         except StaleEpochError:
-            log.info("%s-%d: ISR change to %s lost a race; re-reading metadata", partition.topic, partition.index, new_isr)
+            log.info("%s-%d: ISR change to %s lost a race; re-reading metadata", partition.topic, partition.index, new_isr,
+                     extra=_fields(partition, proposed_isr=list(new_isr)))
             await self.context.refresh_metadata()
             return
         except MetadataError as exc:
-            log.warning("%s-%d: ISR change to %s failed: %s", partition.topic, partition.index, new_isr, exc)
+            log.warning("%s-%d: ISR change to %s failed: %s", partition.topic, partition.index, new_isr, exc,
+                        extra=_fields(partition, proposed_isr=list(new_isr)))
             return
         log.info("%s-%d: ISR %s -> %s (partition epoch %d)", partition.topic, partition.index, partition.isr,
-                 written.isr, written.partition_epoch)
+                 written.isr, written.partition_epoch,
+                 extra=_fields(partition, previous_isr=list(partition.isr), isr=list(written.isr),
+                               partition_epoch=written.partition_epoch))
         partition.update_isr(tuple(written.isr), written.partition_epoch)

@@ -283,7 +283,7 @@ def iam_token(audience: str, region: str, sts_endpoint_url: str | None = None, s
     return token, signed_at + DEFAULT_MAX_AGE_S
 
 
-def _oauth_config(text: str) -> dict[str, str]:
+def parse_oauth_config(text: str) -> dict[str, str]:
     """librdkafka's ``sasl.oauthbearer.config``: space-separated key=value pairs."""
     found = {}
     for pair in text.split():
@@ -299,7 +299,7 @@ def _oauth_config(text: str) -> dict[str, str]:
 def iam_oauth_cb(oauth_config: str) -> tuple[str, float]:
     """confluent-kafka's ``oauth_cb``: set ``"sasl.oauthbearer.config": "audience=A region=R
     [sts_endpoint=URL]"`` and ``"oauth_cb": iam_oauth_cb``; credentials come from boto3's chain."""
-    config = _oauth_config(oauth_config)
+    config = parse_oauth_config(oauth_config)
     return iam_token(config["audience"], config["region"], config.get("sts_endpoint"))
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import signal
 from pathlib import Path
 
 from broker_core.aws import AwsSettings
-from broker_core.settings import parse_overrides
+from broker_core.settings import broker_setting, parse_overrides
 
 from .assembly import build_broker
 from .config import BrokerConfig
+from .log_format import configure_logging
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,7 +63,11 @@ async def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s [broker %(process)d] %(name)s: %(message)s")
+    overrides = parse_overrides(args.overrides)
+    # --set wins; else FLOE_LOG_FORMAT (the broker image sets json); else the setting's default, text.
+    log_format = overrides.get("floe.log.format") or os.environ.get("FLOE_LOG_FORMAT") or broker_setting(
+        overrides, "floe.log.format")
+    configure_logging(args.log_level, log_format)
     args.data_dir.mkdir(parents=True, exist_ok=True)
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         runner.run(run(args))

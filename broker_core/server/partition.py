@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import shutil
 import time
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ from broker_core.log.partition_log import AppendInfo, PartitionLog
 from broker_core.log.producer_state import OutOfOrderSequenceError, ProducerState
 from broker_core.records.control import ControlRecordType, build_control_batch
 from broker_core.records.header import parse_header
+
+log = logging.getLogger(__name__)
 
 _WAITER_NUMBERS = itertools.count()
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -143,10 +146,18 @@ class Partition:
             # A new leader knows nothing of its followers' progress until they fetch again.
             self.followers = {r: ReplicaState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
             self.leader_epoch_start_offset = self.log.log_end_offset
+            log.info("%s-%d: leader at epoch %d from offset %d, ISR %s", self.topic, self.index, leader_epoch,
+                     self.leader_epoch_start_offset, list(isr), extra=self._fields(
+                         leader=self.broker_id, partition_epoch=partition_epoch, isr=list(isr),
+                         start_offset=self.leader_epoch_start_offset))
         self._maybe_advance_high_watermark()
         self.wake(role_changed=True)
 
     def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
+        if (leader_id, leader_epoch) != (self.leader_id, self.leader_epoch):
+            log.info("%s-%d: follower of broker %d at epoch %d", self.topic, self.index, leader_id, leader_epoch,
+                     extra={"topic": self.topic, "partition": self.index, "epoch": leader_epoch, "leader": leader_id,
+                            "partition_epoch": partition_epoch, "isr": list(isr)})
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
@@ -154,6 +165,10 @@ class Partition:
         self.isr = isr
         self.followers = {}
         self.wake(role_changed=True)
+
+    def _fields(self, **more: object) -> dict[str, object]:
+        """The structured fields of a log event about this partition (floe.log.format=json)."""
+        return {"topic": self.topic, "partition": self.index, "epoch": self.leader_epoch, **more}
 
     def update_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
         self.isr = isr

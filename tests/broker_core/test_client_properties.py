@@ -35,3 +35,12 @@ def test_a_line_without_a_value_and_a_missing_file_are_named(tmp_path: Path) -> 
         parse_properties(["a=b", "just-a-word"])
     with pytest.raises(ClientSecurityError, match="missing.properties"):
         read_properties(tmp_path / "missing.properties")
+
+
+def test_oauthbearer_needs_an_audience_and_a_region_but_no_user_name() -> None:
+    security = ClientSecurity.from_properties({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "OAUTHBEARER",
+        "sasl.oauthbearer.config": "audience=floe-prod region=eu-west-1 sts_endpoint=https://sts.eu-west-1.amazonaws.com"})
+    assert (security.sasl_mechanism, security.username) == ("OAUTHBEARER", "")
+    with pytest.raises(ClientSecurityError, match="audience=... and region="):
+        ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "OAUTHBEARER"})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,7 +66,9 @@ def test_every_operation_of_the_openapi_document_is_routed_to_a_function() -> No
         assert any(reaches(route, method, path) for route in routes), (method, path)
 
 
+@functools.cache
 def template() -> dict:
+    """template.yaml, parsed once (callers only read it)."""
     return cfn_yaml.loads((ROOT / "template.yaml").read_text())
 
 
@@ -145,3 +149,122 @@ def test_brokers_reach_sts_through_an_endpoint_without_any_sts_permission() -> N
 def test_every_front_end_function_reads_quotas_and_acls() -> None:
     for name, function in resources("AWS::Serverless::Function").items():
         assert {"Ref": "FrontEndQuotasAndAcls"} in function["Properties"]["Policies"], name
+
+
+def substituted(value: object) -> str:
+    """A Fn::Sub's text with every ${...} replaced: by its own variable's value, a number for a Number
+    parameter, else a placeholder, so a JSON document inside it can be parsed."""
+    parsed = template()
+    text, variables = (value, {}) if isinstance(value, str) else (value[0], value[1])
+    text = text["Fn::Sub"] if isinstance(text, dict) else text
+
+    def replacement(found: re.Match) -> str:
+        name = found[1]
+        if name in variables:
+            return str(variables[name])
+        if parsed["Parameters"].get(name, {}).get("Type") == "Number":
+            return "1000"
+        return "x"
+
+    return re.sub(r"\$\{([^}!]+)\}", replacement, text)
+
+
+def sub_of(value: dict) -> object:
+    return value["Fn::Sub"]
+
+
+BROKER_ALARMS = {
+    "OfflinePartitionsAlarm": "kafka_controller_kafkacontroller_offlinepartitionscount",
+    "UnderReplicatedPartitionsAlarm": "kafka_server_replicamanager_underreplicatedpartitions",
+    "TieringLagAlarm": "floe_tiering_lag_bytes",
+    "ConsumerLagAlarm": "kafka_consumergroup_lag",
+}
+
+
+def test_broker_alarms_watch_the_brokers_metrics_above_their_thresholds() -> None:
+    parsed = template()
+    alarms = parsed["Resources"]
+    for name, metric in BROKER_ALARMS.items():
+        alarm = alarms[name]["Properties"]
+        assert (alarm["Namespace"], alarm["MetricName"]) == ("Floe/Brokers", metric), name
+        assert alarm["Dimensions"] == [{"Name": "ClusterName", "Value": {"Ref": "AWS::StackName"}}]
+        assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarms["OfflinePartitionsAlarm"]["Properties"]["Threshold"] == 0
+    assert alarms["UnderReplicatedPartitionsAlarm"]["Properties"]["Threshold"] == 0
+    assert alarms["TieringLagAlarm"]["Properties"]["Threshold"] == {"Ref": "TieringLagAlarmBytes"}
+    assert alarms["ConsumerLagAlarm"]["Properties"]["Threshold"] == {"Ref": "ConsumerLagAlarmRecords"}
+    assert {"TieringLagAlarmBytes", "ConsumerLagAlarmRecords"} <= set(parsed["Parameters"])
+
+
+def test_every_function_has_its_errors_and_throttles_alarmed() -> None:
+    resources_ = template()["Resources"]
+    functions = set(resources("AWS::Serverless::Function"))
+    watched: dict[str, set[str]] = {"Errors": set(), "Throttles": set()}
+    for alarm in resources("AWS::CloudWatch::Alarm").values():
+        properties = alarm["Properties"]
+        stats = [properties] + [m["MetricStat"]["Metric"] for m in properties.get("Metrics", []) if "MetricStat" in m]
+        for stat in stats:
+            if stat.get("Namespace") == "AWS/Lambda":
+                watched[stat["MetricName"]] |= {d["Value"]["Ref"] for d in stat["Dimensions"]}
+    assert watched == {"Errors": functions, "Throttles": functions}
+    assert all(name in resources_ for name in functions)
+
+
+def test_the_dashboard_is_json_and_shows_every_alarm() -> None:
+    resources_ = template()["Resources"]
+    body = json.loads(substituted(sub_of(resources_["FloeDashboard"]["Properties"]["DashboardBody"])))
+    alarm_widget = next(w for w in body["widgets"] if w["type"] == "alarm")
+    shown = json.dumps(resources_["FloeDashboard"]["Properties"]["DashboardBody"])
+    for name in resources("AWS::CloudWatch::Alarm"):
+        assert "${" + name + ".Arn}" in shown, name
+    assert len(alarm_widget["properties"]["alarms"]) == len(resources("AWS::CloudWatch::Alarm"))
+    for metric in BROKER_ALARMS.values():
+        assert metric in shown, metric
+
+
+def agent_container() -> dict:
+    containers = template()["Resources"]["BrokerTaskDefinition"]["Properties"]["ContainerDefinitions"]
+    return next(c for c in containers if c["Name"] == "cloudwatch-agent")
+
+
+def test_a_cloudwatch_agent_beside_each_broker_ships_the_alarmed_metrics_as_emf() -> None:
+    agent = agent_container()
+    assert agent["Essential"] is False
+    environment = {e["Name"]: e["Value"] for e in agent["Environment"]}
+    scrape = substituted(sub_of(environment["PROMETHEUS_CONFIG_CONTENT"]))
+    assert 'targets: ["localhost:1000"]' in scrape  # the BrokerMetricsPort parameter
+    config = json.loads(substituted(sub_of(environment["CW_CONFIG_CONTENT"])))
+    prometheus = config["logs"]["metrics_collected"]["prometheus"]
+    assert prometheus["prometheus_config_path"] == "env:PROMETHEUS_CONFIG_CONTENT"
+    processor = prometheus["emf_processor"]
+    assert processor["metric_namespace"] == "Floe/Brokers"
+    for metric in [*BROKER_ALARMS.values(), "kafka_server_brokertopicmetrics_messagesin_total",
+                   "kafka_server_brokertopicmetrics_bytesout_total", "kafka_network_requestmetrics_requests_total"]:
+        declarations = [d for d in processor["metric_declaration"]
+                        if any(re.search(selector, metric) for selector in d["metric_selectors"])]
+        assert declarations, metric
+        if metric in BROKER_ALARMS.values():  # the alarms read the ClusterName-only dimension set
+            assert any(["ClusterName"] in d["dimensions"] for d in declarations), metric
+    broker = template()["Resources"]["BrokerTaskDefinition"]["Properties"]["ContainerDefinitions"][0]
+    settings = json.dumps(next(e["Value"] for e in broker["Environment"] if e["Name"] == "FLOE_BROKER_SETTINGS"))
+    assert "metrics.port=${BrokerMetricsPort}" in settings
+
+
+def test_the_functions_log_in_to_the_frontend_listener_with_their_iam_role() -> None:
+    parsed = template()
+    broker = parsed["Resources"]["BrokerTaskDefinition"]["Properties"]["ContainerDefinitions"][0]
+    settings = json.dumps(next(e["Value"] for e in broker["Environment"] if e["Name"] == "FLOE_BROKER_SETTINGS"))
+    assert "FRONTEND:SASL_PLAINTEXT" in settings and "FRONTEND:PLAINTEXT" not in settings
+    assert "listener.name.frontend.sasl.enabled.mechanisms=OAUTHBEARER" in settings
+    super_users = re.search(r"super\.users=(\S+)", settings)[1]
+    assert "ANONYMOUS" not in super_users and "CN=floe-broker-1" in super_users
+    audience = re.search(r"floe\.sasl\.oauthbearer\.iam\.audience=(\S+)", settings)[1]
+    endpoint = re.search(r"floe\.sasl\.oauthbearer\.iam\.sts\.endpoint=(\S+)", settings)[1]
+    condition, secured, plaintext = parsed["Globals"]["Function"]["Environment"]["Variables"]["FLOE_CLIENT_PROPERTIES"][
+        "Fn::If"]
+    assert (condition, plaintext) == ("SecureListener", "")
+    properties = json.loads(sub_of(secured))
+    assert (properties["security.protocol"], properties["sasl.mechanisms"]) == ("SASL_PLAINTEXT", "OAUTHBEARER")
+    config = dict(pair.split("=", 1) for pair in properties["sasl.oauthbearer.config"].split())
+    assert (config["audience"], config["sts_endpoint"]) == (audience, endpoint)  # what the brokers verify against
+    assert parsed["Resources"]["StsEndpoint"]["Condition"] == "SecureListener"
