@@ -236,9 +236,18 @@ def one_run(number: int, servers: str, warmup_s: float, measure_s: float, limite
             "unthrottled_beside": together[free],
             "unthrottled_kept": together[free]["bytes_per_s"] / alone["bytes_per_s"],
         }
-        print(f"  {quota // MIB} MiB/s: producer {run[f'{quota // MIB}_mib_s']['producer']['rate_over_quota']:.3f}, "
-              f"consumer {run[f'{quota // MIB}_mib_s']['consumer']['rate_over_quota']:.3f}, unthrottled kept "
-              f"{run[f'{quota // MIB}_mib_s']['unthrottled_kept']:.3f}", flush=True)
+        figures = run[f"{quota // MIB}_mib_s"]
+        # A limited client that was never throttled did not reach its quota: its figure then measures
+        # what the machine let it send (neighbours' load), not the quota. Only librdkafka reports throttles
+        # (kafka-python's count is -1: unknown).
+        for side in ("producer", "consumer"):
+            reports = figures[side]["throttle_reports"]
+            figures[side]["quota_bound"] = None if reports < 0 else reports > 0
+        print(f"  {quota // MIB} MiB/s: producer {figures['producer']['rate_over_quota']:.3f} "
+              f"({figures['producer']['throttle_reports']} throttles), consumer "
+              f"{figures['consumer']['rate_over_quota']:.3f} ({figures['consumer']['throttle_reports']} throttles), "
+              f"unthrottled kept {figures['unthrottled_kept']:.3f} (alone {alone['bytes_per_s'] / MIB:.1f} MiB/s), "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
     overhead = {}
     order = ("defined", "none") if number % 2 == 0 else ("none", "defined")
     for state in order:

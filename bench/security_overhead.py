@@ -17,11 +17,14 @@ goes first from run to run.
   bounded by the broker (and by TLS on both sides sharing the machine's 2 cores).
 
 Throughput on a shared machine swings with the neighbours' load, so each run also records the broker
-process's CPU time (user + system) per record for each side, which the load moves much less.
+process's CPU time (user + system) per record for each side, which the load moves much less, and the
+client's (this process: librdkafka's threads encrypt and write the TLS records), since client and
+broker share the machine's cores: when they are busy, the throughput ratio follows the ratio of their
+summed CPU per record.
 
 Medians over ``--runs`` go to bench/results/security_overhead.json.
 
-    .venv/bin/python bench/security_overhead.py [--runs 3] [--records 200000] [--handshakes 300]
+    .venv/bin/python bench/security_overhead.py [--runs 3] [--records 200000] [--handshakes 300] [--output FILE]
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import os
+import resource
 import secrets
 import ssl
 import statistics
@@ -113,12 +118,18 @@ def broker_cpu_s(pid: int) -> float:
     return times.user + times.system
 
 
-def produce(config: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float]:
-    """(records per second, broker CPU microseconds per record)."""
+def client_cpu_s() -> float:
+    """CPU time of this process, the client: its Python thread and librdkafka's threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def produce(config: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float, float]:
+    """(records per second, broker and client CPU microseconds per record)."""
     create_topic(config, topic)
     producer = Producer({**config, **PRODUCER_SETTINGS})
     value = b"v" * VALUE_BYTES
-    cpu = broker_cpu_s(pid)
+    cpu, client_cpu = broker_cpu_s(pid), client_cpu_s()
     started = time.perf_counter()
     for _ in range(records):
         while True:
@@ -129,22 +140,23 @@ def produce(config: dict[str, str], topic: str, records: int, pid: int) -> tuple
                 producer.poll(0.001)
     if producer.flush(300) != 0:
         raise RuntimeError("the producer did not deliver every record")
-    return records / (time.perf_counter() - started), (broker_cpu_s(pid) - cpu) / records * 1e6
+    elapsed = time.perf_counter() - started
+    return records / elapsed, (broker_cpu_s(pid) - cpu) / records * 1e6, (client_cpu_s() - client_cpu) / records * 1e6
 
 
-def fetch(config: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float]:
-    """(records per second, broker CPU microseconds per record)."""
+def fetch(config: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float, float]:
+    """(records per second, broker and client CPU microseconds per record)."""
     consumer = Consumer({**config, "group.id": "security-bench", "enable.auto.commit": False, **CONSUMER_SETTINGS})
     consumer.assign([TopicPartition(topic, 0, 0)])
     received = 0
-    cpu = broker_cpu_s(pid)
+    cpu, client_cpu = broker_cpu_s(pid), client_cpu_s()
     started = time.perf_counter()
     while received < records:
         received += sum(1 for m in consumer.consume(num_messages=100_000, timeout=1.0) if m.error() is None)
     elapsed = time.perf_counter() - started
-    used = broker_cpu_s(pid) - cpu
+    used, client_used = broker_cpu_s(pid) - cpu, client_cpu_s() - client_cpu
     consumer.close()
-    return records / elapsed, used / records * 1e6
+    return records / elapsed, used / records * 1e6, client_used / records * 1e6
 
 
 class CachedScramLogin:
@@ -225,21 +237,25 @@ def one_run(number: int, listeners: Listeners, records: int, handshake_count: in
     topic = f"produce-plaintext-{number}"
     fetch_runs = {name: fetch(listeners.config[name], topic, records, pid) for name in fetch_order}
     setup = asyncio.run(handshakes(listeners, handshake_count))
-    produced = {name: rate for name, (rate, _) in produce_runs.items()}
-    fetched = {name: rate for name, (rate, _) in fetch_runs.items()}
+    produced = {name: rate for name, (rate, _, _) in produce_runs.items()}
+    fetched = {name: rate for name, (rate, _, _) in fetch_runs.items()}
     result = {
         "produce_records_per_s": produced, "produce_ratio": produced["SASL_SSL"] / produced["PLAINTEXT"],
-        "produce_broker_cpu_us_per_record": {name: cpu for name, (_, cpu) in produce_runs.items()},
+        "produce_broker_cpu_us_per_record": {name: cpu for name, (_, cpu, _) in produce_runs.items()},
+        "produce_client_cpu_us_per_record": {name: cpu for name, (_, _, cpu) in produce_runs.items()},
         "fetch_records_per_s": fetched, "fetch_ratio": fetched["SSL"] / fetched["PLAINTEXT"],
-        "fetch_broker_cpu_us_per_record": {name: cpu for name, (_, cpu) in fetch_runs.items()},
-        "scram_handshake": setup, "cpu_pressure_avg10": cpu_pressure(),
+        "fetch_broker_cpu_us_per_record": {name: cpu for name, (_, cpu, _) in fetch_runs.items()},
+        "fetch_client_cpu_us_per_record": {name: cpu for name, (_, _, cpu) in fetch_runs.items()},
+        "scram_handshake": setup, "cpu_pressure_avg10": cpu_pressure(), "load_average": os.getloadavg(),
     }
     print(f"run {number}: produce SASL_SSL/PLAINTEXT {result['produce_ratio']:.2f} "
           f"({produced['SASL_SSL']:,.0f} / {produced['PLAINTEXT']:,.0f} records/s), fetch SSL/PLAINTEXT "
           f"{result['fetch_ratio']:.2f} ({fetched['SSL']:,.0f} / {fetched['PLAINTEXT']:,.0f} records/s), "
           f"SCRAM login p50 {setup['p50_ms']:.1f} ms p99 {setup['p99_ms']:.1f} ms, {setup['per_second']:.0f}/s; "
           f"broker CPU us/record produce {result['produce_broker_cpu_us_per_record']}, "
-          f"fetch {result['fetch_broker_cpu_us_per_record']}",
+          f"fetch {result['fetch_broker_cpu_us_per_record']}; client CPU us/record produce "
+          f"{result['produce_client_cpu_us_per_record']}, fetch {result['fetch_client_cpu_us_per_record']}; "
+          f"load average {result['load_average'][0]:.1f}",
           flush=True)
     return result
 
@@ -249,6 +265,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--handshakes", type=int, default=300)
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "security_overhead.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="floe-security-bench-") as directory:
         stack, listeners = start_stack(Path(directory))
@@ -276,14 +293,14 @@ def main() -> None:
             "scram_sha_512_login_p50_ms": median("scram_handshake", "p50_ms"),
             "scram_sha_512_login_p99_ms": median("scram_handshake", "p99_ms"),
             "scram_sha_512_logins_per_s": median("scram_handshake", "per_second"),
-            **{f"{kind}_broker_cpu_us_per_record_{name.lower()}": median(f"{kind}_broker_cpu_us_per_record", name)
+            **{f"{kind}_{side}_cpu_us_per_record_{name.lower()}": median(f"{kind}_{side}_cpu_us_per_record", name)
                for kind, names in (("produce", ("PLAINTEXT", "SASL_SSL")), ("fetch", ("PLAINTEXT", "SSL")))
-               for name in names},
+               for side in ("broker", "client") for name in names},
         },
         "goals": {"produce_ratio": 0.7, "fetch_ratio": 0.5},
         "runs": runs,
     }
-    write_result(REPO_ROOT / "bench" / "results" / "security_overhead.json", result)
+    write_result(args.output, result)
     print(result["median"])
 
 

@@ -198,6 +198,9 @@ class LocalStack:
                 "floe.inter.broker.sasl.username": f"broker-{broker_id}",
                 "floe.inter.broker.sasl.password": self.secrets[f"broker-{broker_id}"],
                 "super.users": ";".join(f"User:{user}" for user in self.secrets),
+                # A broker added later (start_broker past `brokers`) is named by no running broker's
+                # super.users: they trust it from its registration on, without restarting.
+                "floe.super.users.include.brokers": "true",
             }
         return overrides
 

@@ -172,6 +172,11 @@ SETTINGS: tuple[Setting, ...] = (
             "Principals allowed everything, whatever the ACLs say, separated by ';' (User:admin;User:CN=broker-1)."),
     _broker("allow.everyone.if.no.acl.found", _BOOLEAN, "false",
             "With an authorizer, whether a resource no ACL names is open to everyone (false: it is closed)."),
+    _broker("floe.super.users.include.brokers", _BOOLEAN, "false",
+            "With an authorizer, the principals registered brokers authenticate to their peers as (their "
+            "inter-broker principals, never User:ANONYMOUS) are super users too, from the metadata poll that "
+            "sees a broker's registration: a broker added to a running cluster is trusted by the others at once, "
+            "without super.users naming it and the others restarting. The local stack turns it on when secured."),
     _broker("remote.log.manager.task.interval.ms", _INT, 30000, "How often tiering visits the partitions a broker leads.",
             public=False),
     _broker("remote.log.manager.copier.thread.pool.size", _INT, 4, "Partitions tiered at once.", public=False),

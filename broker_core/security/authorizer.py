@@ -1,7 +1,9 @@
 """Authorizer: may principal P, from host H, perform operation O on resource R? Kafka's StandardAuthorizer rules.
 
 The rules, in the order they decide:
-1. A principal named in ``super.users`` may do anything.
+1. A principal named in ``super.users`` may do anything; with ``floe.super.users.include.brokers``, so
+   may the inter-broker principals of the registered brokers (`replace_broker_principals`, never
+   ``User:ANONYMOUS``), so a broker added to a running cluster is trusted without restarting the others.
 2. The ACLs that apply to R are the LITERAL ones naming R, the LITERAL ones naming ``*`` and the
    PREFIXED ones whose name is a prefix of R's; of those, the ones for P (or ``User:*``) and for H
    (or ``*``) count.
@@ -14,9 +16,9 @@ The rules, in the order they decide:
 Configured by ``authorizer.class.name``: empty (the default) means no authorization, and then
 `enabled` is False and every call answers True at the cost of one attribute test; one of
 `STANDARD_AUTHORIZER_NAMES` turns these rules on. The ACLs are a cache (`replace_acls`), replaced
-whole by the broker's ACL service after every metadata change (see `acl_store`); a check never
-touches DynamoDB. Used on the event loop; `replace_acls` swaps one reference, so a check sees
-either the old ACLs or the new ones, never a mixture.
+whole by the broker's ACL service after every metadata change (see `acl_store`), and so are the
+brokers' principals (by the broker, from each metadata image it applies); a check never touches DynamoDB. Used on the event loop; `replace_acls` and `replace_broker_principals` each swap one reference, so
+a check sees either the old set or the new one, never a mixture.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .acls import (
     PatternType,
     ResourceType,
 )
+from .principal import ANONYMOUS
 
 # Values of authorizer.class.name that turn authorization on: Kafka's own class names (KRaft's and
 # ZooKeeper mode's, whose rules are the same), so a server.properties carries over unchanged.
@@ -106,10 +109,14 @@ class Authorizer:
     """Kafka's ACL decisions over a cached set of ACLs (see the module doc)."""
 
     def __init__(self, enabled: bool = False, super_users: Iterable[str] = (),
-                 allow_everyone_if_no_acl_found: bool = False, bindings: Iterable[AclBinding] = ()) -> None:
+                 allow_everyone_if_no_acl_found: bool = False, bindings: Iterable[AclBinding] = (), *,
+                 brokers_are_super_users: bool = False) -> None:
         self.enabled = enabled
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+        self.brokers_are_super_users = brokers_are_super_users
+        # super.users and (brokers_are_super_users) the brokers' principals: one set for the check.
+        self._unrestricted = self.super_users
         self._index = _AclIndex.build(bindings)
 
     @classmethod
@@ -128,7 +135,8 @@ class Authorizer:
             raise ConfigError(f"authorizer.class.name must be empty or one of {', '.join(STANDARD_AUTHORIZER_NAMES)}, "
                               f"got {class_name!r}")
         super_users = [p.strip() for p in broker_setting(overrides, "super.users").split(";") if p.strip()]
-        return cls(True, super_users, bool_setting(overrides, "allow.everyone.if.no.acl.found"))
+        return cls(True, super_users, bool_setting(overrides, "allow.everyone.if.no.acl.found"),
+                   brokers_are_super_users=bool_setting(overrides, "floe.super.users.include.brokers"))
 
     @property
     def acls(self) -> tuple[AclBinding, ...]:
@@ -139,9 +147,16 @@ class Authorizer:
         """Decide by ``bindings`` from now on (the whole set, replacing the previous one)."""
         self._index = _AclIndex.build(bindings)
 
+    def replace_broker_principals(self, principals: Iterable[str]) -> None:
+        """The registered brokers' inter-broker principals (the whole set, replacing the previous one):
+        super users from now on if ``brokers_are_super_users``, else ignored. User:ANONYMOUS never
+        counts: on a PLAINTEXT inter-broker listener it is everyone's principal."""
+        if self.brokers_are_super_users:
+            self._unrestricted = self.super_users | {p for p in principals if p != ANONYMOUS}
+
     def authorize(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
                   resource_name: str) -> bool:
-        if not self.enabled or principal in self.super_users:
+        if not self.enabled or principal in self._unrestricted:
             return True
         applying = self._index.applying_to(resource_type, resource_name)
         if not applying:

@@ -326,6 +326,8 @@ class Broker:
                                                        *(follower.reload() for follower in self.parts.followers))
             image = MetadataImage.from_snapshot(snapshot, controller_id=lease.holder if lease else -1)
             self.image = image
+            # floe.super.users.include.brokers: a broker registered since the last image is trusted now.
+            self.authorizer.replace_broker_principals(b.principal for b in image.brokers.values())
             self.replicas.apply(image)
             await self.parts.fetchers.update()
 

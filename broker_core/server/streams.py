@@ -4,7 +4,12 @@
 buffer, `sock_sendall`, and `os.sendfile` for the file slices of Fetch responses (zero copy).
 `TlsStream` runs TLS with an `ssl.SSLObject` between two `ssl.MemoryBIO`s on the same non-blocking
 socket, so a connection's code is the same for both; the kernel cannot encrypt, so file slices are
-read (`os.pread`, a chunk at a time) and written through TLS. Reading and writing may run in two tasks
+read (`os.pread`, a chunk at a time) and written through TLS. Ciphertext is received in large
+gulps: once the socket is readable, it is read (plain non-blocking `recv_into`, no await in between)
+into one buffer shared by all TLS connections of the thread and copied into the connection's incoming
+BIO, until the socket is empty or TLS_RECEIVE_BYTES were taken; then every TLS record that has
+arrived is decrypted straight into the request decoder's buffer. A connection thus holds no receive
+buffer of its own, and a 1 MB produce request costs a few wake-ups, not one per 64 KiB. Reading and writing may run in two tasks
 of one connection (its reader and its response writer): OpenSSL allows that on one thread, and the
 ciphertext both produce goes to the socket under one lock, in the order it was produced.
 """
@@ -15,10 +20,33 @@ import asyncio
 import os
 import socket
 import ssl
+import threading
 
 RECV_BYTES = 256 * 1024
 FILE_CHUNK_BYTES = 1024 * 1024
-TLS_RECV_BYTES = 64 * 1024  # per TLS connection, beside the request decoder's staging buffer
+# Most ciphertext taken from the socket per wake-up; it waits in the connection's BIO until decrypted.
+TLS_RECEIVE_BYTES = 1024 * 1024
+_RECEIVE_CHUNK_BYTES = 256 * 1024  # one recv_into into the thread's shared ciphertext buffer
+_shared = threading.local()
+
+
+def _ciphertext_buffer() -> memoryview:
+    """The calling thread's receive buffer for ciphertext, shared by its TLS connections: each receive
+    copies it into a BIO before it awaits anything, so no two connections use it at once."""
+    buffer = getattr(_shared, "ciphertext", None)
+    if buffer is None:
+        buffer = _shared.ciphertext = memoryview(bytearray(_RECEIVE_CHUNK_BYTES))
+    return buffer
+
+
+async def _wait_readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    future = loop.create_future()
+    fd = sock.fileno()
+    loop.add_reader(fd, lambda: future.done() or future.set_result(None))
+    try:
+        await future
+    finally:
+        loop.remove_reader(fd)
 
 
 async def _wait_writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
@@ -80,9 +108,6 @@ class TlsStream:
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self._send_lock = asyncio.Lock()
-        # Ciphertext is received into one buffer per connection, then copied into the BIO.
-        self._ciphertext = bytearray(TLS_RECV_BYTES)
-        self._ciphertext_view = memoryview(self._ciphertext)
 
     async def handshake(self, timeout_s: float) -> None:
         """Complete the TLS handshake within ``timeout_s``; TlsHandshakeError saying why not otherwise."""
@@ -111,11 +136,22 @@ class TlsStream:
         return self._tls.getpeercert(binary_form=True)
 
     async def _receive(self) -> bool:
-        received = await self.loop.sock_recv_into(self.sock, self._ciphertext)
-        if not received:
-            self._incoming.write_eof()
-            return False
-        self._incoming.write(self._ciphertext_view[:received])
+        """Move the ciphertext that has arrived into the incoming BIO (waiting for some if none has):
+        True if any came, False at the end of the stream."""
+        buffer, taken = _ciphertext_buffer(), 0
+        while taken < TLS_RECEIVE_BYTES:
+            try:
+                received = self.sock.recv_into(buffer)
+            except (BlockingIOError, InterruptedError):
+                if taken:
+                    return True
+                await _wait_readable(self.loop, self.sock)
+                continue
+            if not received:
+                self._incoming.write_eof()
+                return taken > 0
+            self._incoming.write(buffer[:received])
+            taken += received
         return True
 
     async def _flush(self) -> None:
@@ -131,10 +167,10 @@ class TlsStream:
 
         One `read` yields at most one TLS record (16 KiB), so records are read until the buffer is full
         or none is left: the connection then handles as many bytes per wake-up as on a plain socket."""
-        filled, size = 0, len(buffer)
+        filled, size, read = 0, len(buffer), self._tls.read
         while filled < size:
             try:
-                received = self._tls.read(size - filled, buffer[filled:])
+                received = read(size - filled, buffer[filled:])
             except ssl.SSLWantReadError:
                 if filled:
                     break

@@ -176,6 +176,26 @@ def test_settings_turn_the_authorizer_on_with_kafkas_class_names() -> None:
         Authorizer.from_settings({"authorizer.class.name": "com.example.MyAuthorizer"})
 
 
+def test_registered_brokers_are_super_users_only_when_the_setting_says_so() -> None:
+    standard = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": "User:admin"}
+    broker_3 = "User:broker-3"
+    static = Authorizer.from_settings(standard)
+    static.replace_broker_principals([broker_3])
+    assert not static.authorize(broker_3, HOST, Op.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    dynamic = Authorizer.from_settings({**standard, "floe.super.users.include.brokers": "true"})
+    assert not dynamic.authorize(broker_3, HOST, Op.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    # On a PLAINTEXT inter-broker listener a broker registers as User:ANONYMOUS: that never makes everyone super.
+    dynamic.replace_broker_principals([broker_3, "User:ANONYMOUS"])
+    assert dynamic.authorize(broker_3, HOST, Op.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    assert dynamic.authorize(broker_3, HOST, Op.DELETE, TOPIC, "orders")
+    assert not dynamic.authorize("User:ANONYMOUS", HOST, Op.DESCRIBE, TOPIC, "orders")
+    assert dynamic.authorize("User:admin", HOST, Op.DELETE, TOPIC, "orders")
+    dynamic.replace_broker_principals([])  # broker 3 is gone from the registry
+    assert not dynamic.authorize(broker_3, HOST, Op.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    assert dynamic.authorize("User:admin", HOST, Op.DELETE, TOPIC, "orders")
+
+
 NAMES = st.text("ab.", min_size=1, max_size=6)
 OPERATIONS = st.sampled_from([o for o in AclOperation if o is not AclOperation.ANY])
 BINDINGS = st.builds(

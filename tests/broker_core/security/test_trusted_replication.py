@@ -1,7 +1,8 @@
 """Trusted replication on a real `--security sasl_ssl` stack with an authorizer: the brokers authenticate
 to each other as User:broker-1 and User:broker-2 (super users) and register as such; a client that
 authenticates as User:alice, even with ClusterAction, cannot pose as broker 2's follower, nor write as
-(or fence) the admin's idempotent producer.
+(or fence) the admin's idempotent producer. A broker added to the running stack is trusted by the
+others at once (its principal is in no running broker's super.users) and obeys the admin.
 """
 
 from __future__ import annotations
@@ -151,3 +152,33 @@ def test_a_client_cannot_write_as_or_fence_another_principals_idempotent_produce
     producer.produce(TOPIC, b"admin's again", partition=0, on_delivery=lambda err, msg: delivered.append((err, 0)))
     producer.flush(TIMEOUT_S)
     assert delivered == [(None, 0)]
+
+
+@pytest.mark.faults  # starts a third broker process: beyond the default suite's time budget
+def test_a_broker_added_to_the_running_stack_replicates_at_once_and_obeys_the_admin(stack: LocalStack) -> None:
+    # Brokers 1 and 2 were started with super.users naming broker-1 and broker-2 only; broker 3 is
+    # trusted from its registration on (floe.super.users.include.brokers), without restarting them.
+    stack.start_broker(3)
+    stack.wait_for_broker(3)
+    stack.write_stack_file()
+    # The admin, through the new broker alone, creates a topic replicated on all three brokers.
+    admin = AdminClient({**stack.client_config, "bootstrap.servers": f"{stack.host}:{stack.processes[3].port}"})
+    admin.create_topics([NewTopic("grown", 3, 3)])["grown"].result(timeout=TIMEOUT_S)
+    partitions = MetadataStore(stack.aws).snapshot().partitions["grown"]
+    followed = [p.partition for p in partitions if p.leader != 3]
+    assert followed  # broker 3 follows a leader that was running before it
+    producer = Producer({**stack.client_config, "acks": -1})
+    values = {partition: f"to broker 3 as follower of partition {partition}".encode() for partition in followed}
+    for partition, value in values.items():
+        producer.produce("grown", value, partition=partition)
+    assert producer.flush(TIMEOUT_S) == 0
+
+    def replicated_to_broker_3() -> bool:
+        return all(any(values[p] in log.read_bytes() for log in (stack.processes[3].data_dir / f"grown-{p}").glob("*.log"))
+                   for p in followed)
+
+    wait_until(replicated_to_broker_3, "broker 3's replicas hold the records", TIMEOUT_S)
+    for leader in (1, 2):
+        refusals = [line for line in stack.processes[leader].log_path.read_text().splitlines()
+                    if "denied: principal User:broker-3" in line]
+        assert refusals == []
