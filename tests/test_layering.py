@@ -17,6 +17,7 @@ PACKAGES = ("broker_core", "tiered_storage", "functions", "emr_jobs")
 # prefix names a module's layer, so the broker's entry points sit above the services they wire.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("formats and the settings registry", ("broker_core.records", "broker_core.partitioner", "broker_core.settings", "broker_core.clock")),
+    ("metrics families and exposition", ("broker_core.metrics",)),
     ("wire protocol and local log", ("broker_core.protocol", "broker_core.log")),
     ("AWS access", ("broker_core.aws", "broker_core.dynamodb_tables", "broker_core.retry")),
     ("cluster metadata, client quotas and security", ("broker_core.metadata", "broker_core.quotas", "broker_core.security")),

@@ -84,4 +84,8 @@ class IsrManager:
             return
         log.info("%s-%d: ISR %s -> %s (partition epoch %d)", partition.topic, partition.index, partition.isr,
                  written.isr, written.partition_epoch)
+        if len(written.isr) < len(partition.isr):
+            self.context.metrics.isr_shrinks.inc()
+        elif len(written.isr) > len(partition.isr):
+            self.context.metrics.isr_expands.inc()
         partition.update_isr(tuple(written.isr), written.partition_epoch)
