@@ -1,0 +1,170 @@
+"""What the broker's metrics cost: produce throughput with metrics on / off, in one run.
+
+Two one-broker local stacks run side by side: one with metrics on (``metrics.port=0``: every
+request timed into Kafka's RequestMetrics histograms, records and bytes counted per topic, lag
+sampled, an endpoint served) and one with metrics off (``metrics.port=-1``: the null metrics, nothing
+kept, no endpoint). Both get the same confluent-kafka (librdkafka) producer and records, the side
+that goes first alternating from run to run, and while the "on" side runs a scraper GETs its
+endpoint every second, as Prometheus would (more often than its usual 15 s).
+
+Two workloads, because the metrics cost is per request and per partition append, not per byte:
+
+- **batched**: ``--records`` values of 1000 bytes, acks=1, linger.ms=5 (large requests);
+- **small requests**: ``--small-records`` values of 100 bytes, acks=1, linger.ms=0 and at most
+  10 records per batch (many small requests: the worst case for per-request costs).
+
+Throughput on a shared machine swings with the neighbours' load, so each run also records each
+broker process's CPU time (user + system) per record, which the load moves much less. Ratios are
+on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_overhead.json.
+
+    .venv/bin/python bench/metrics_overhead.py [--runs 5] [--records 200000] [--small-records 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import psutil  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
+from broker_core.local_stack import LocalStack  # noqa: E402
+from broker_core.metrics.scrape import ScrapeError, scrape  # noqa: E402
+
+WORKLOADS = {
+    "batched": {"value_bytes": 1000, "settings": {"acks": "1", "linger.ms": "5", "batch.size": "1000000",
+                                                  "batch.num.messages": "100000"}},
+    "small_requests": {"value_bytes": 100, "settings": {"acks": "1", "linger.ms": "0", "batch.num.messages": "10"}},
+}
+COMMON = {"queue.buffering.max.kbytes": "65536", "message.timeout.ms": "300000"}
+SIDES = ("on", "off")
+
+
+def broker_cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+class Scraper:
+    """GETs a metrics URL every second in a thread while a run is measured."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.scrapes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                scrape(self.url)
+                self.scrapes += 1
+            except ScrapeError as exc:
+                print(f"scrape failed: {exc}", file=sys.stderr)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def produce(stack: LocalStack, topic: str, records: int, workload: dict[str, Any]) -> tuple[float, float]:
+    """(records per second, broker CPU microseconds per record)."""
+    config = {"bootstrap.servers": stack.bootstrap_servers}
+    admin = AdminClient(config)  # kept: the future fails if the client is collected before it completes
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+    producer = Producer({**config, **COMMON, **workload["settings"]})
+    value = b"v" * workload["value_bytes"]
+    pid = stack.processes[1].pid
+    cpu = broker_cpu_s(pid)
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.001)
+    if producer.flush(300) != 0:
+        raise RuntimeError("the producer did not deliver every record")
+    return records / (time.perf_counter() - started), (broker_cpu_s(pid) - cpu) / records * 1e6
+
+
+def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int]) -> dict[str, Any]:
+    order = SIDES if number % 2 == 0 else tuple(reversed(SIDES))
+    result: dict[str, Any] = {}
+    for name, workload in WORKLOADS.items():
+        rates, cpu = {}, {}
+        for side in order:
+            topic = f"{name}-{number}"
+            if side == "on":
+                with Scraper(stacks["on"].metrics_url(stacks["on"].processes[1])) as scraper:
+                    rates[side], cpu[side] = produce(stacks[side], topic, counts[name], workload)
+                result[f"{name}_scrapes"] = scraper.scrapes
+            else:
+                rates[side], cpu[side] = produce(stacks[side], topic, counts[name], workload)
+        result[name] = {"records_per_s": rates, "ratio": rates["on"] / rates["off"],
+                        "broker_cpu_us_per_record": cpu, "cpu_ratio": cpu["off"] / cpu["on"]}
+        print(f"run {number} {name}: on/off {result[name]['ratio']:.3f} ({rates['on']:,.0f} / {rates['off']:,.0f} "
+              f"records/s), broker CPU us/record on {cpu['on']:.1f} off {cpu['off']:.1f}", flush=True)
+    result["load_average"] = os.getloadavg()
+    result["cpu_pressure_avg10"] = cpu_pressure()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--small-records", type=int, default=50_000)
+    args = parser.parse_args()
+    counts = {"batched": args.records, "small_requests": args.small_records}
+    with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
+        stacks = {side: LocalStack(directory=Path(directory) / side, brokers=1,
+                                   overrides={"metrics.port": "0" if side == "on" else "-1"}) for side in SIDES}
+        try:
+            for stack in stacks.values():
+                stack.start()
+            if stacks["off"].processes[1].metrics_port is not None:
+                raise RuntimeError("the 'off' broker serves metrics")
+            runs = [one_run(number, stacks, counts) for number in range(args.runs)]
+        finally:
+            for stack in stacks.values():
+                stack.stop(save_state=False)
+
+    result = {
+        **result_header("metrics_overhead"),
+        "records": counts, "runs_count": args.runs,
+        "median": {
+            **{f"{name}_ratio_on_over_off": statistics.median(run[name]["ratio"] for run in runs) for name in WORKLOADS},
+            **{f"{name}_records_per_s_{side}": statistics.median(run[name]["records_per_s"][side] for run in runs)
+               for name in WORKLOADS for side in SIDES},
+            **{f"{name}_broker_cpu_us_per_record_{side}": statistics.median(
+                run[name]["broker_cpu_us_per_record"][side] for run in runs) for name in WORKLOADS for side in SIDES},
+            **{f"{name}_cpu_ratio_off_over_on": statistics.median(run[name]["cpu_ratio"] for run in runs)
+               for name in WORKLOADS},
+        },
+        "goals": {"ratio_on_over_off": 0.97},
+        "runs": runs,
+    }
+    write_result(REPO_ROOT / "bench" / "results" / "metrics_overhead.json", result)
+    print(result["median"])
+
+
+if __name__ == "__main__":
+    main()
