@@ -533,6 +533,11 @@ def cluster_settings_of(args: Any) -> tuple[str, ClientSecurity]:
                             properties=getattr(args, "client_property", None) or ())
 
 
+def stack_metrics_urls(directory: Path | str = DEFAULT_DIR) -> list[str]:
+    """The brokers' metrics URLs listed in the stack's stack.json (StackError without one)."""
+    return [broker["metrics_url"] for broker in load_stack(directory)["brokers"] if broker.get("metrics_url")]
+
+
 def load_stack(directory: Path | str = DEFAULT_DIR) -> dict[str, Any]:
     path = Path(directory) / STACK_FILE
     if not path.exists():

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker_core.cli import main
 from broker_core.client.blocking import BlockingConnection
 from broker_core.groups.admin import GroupAdmin, OffsetReset
 from broker_core.local_stack import LocalStack
@@ -171,6 +172,28 @@ def test_the_group_coordinator_reports_lag_in_offsets_and_seconds(stack: LocalSt
     reporting = [broker_id for broker_id, s in scrape_all(stack).items()
                  if any(s.series("kafka_consumergroup_lag", group=GROUP))]
     assert len(reporting) == 1
+
+
+def test_groups_describe_shows_the_lag_in_offsets_and_seconds(stack: LocalStack,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # Runs after the lag test, which left GROUP 40 records behind on partition 0 of metrics-lag.
+    capsys.readouterr()
+    assert main(["groups", "describe", GROUP, "--format", "json", "--stack", str(stack.directory)]) == 0
+    described = json.loads(capsys.readouterr().out)
+    partitions = {p["partition"]: p for p in described["partitions"] if p["topic"] == "metrics-lag"}
+    assert (partitions[0]["lag"], partitions[1]["lag"]) == (40, 0)
+    assert partitions[0]["lag_seconds"] > 0 and partitions[1]["lag_seconds"] == 0
+    assert main(["groups", "describe", GROUP, "--stack", str(stack.directory)]) == 0
+    assert "lag (s)" in capsys.readouterr().out
+
+
+def test_floe_top_shows_each_topic_with_its_lag(stack: LocalStack, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["top", "--once", "--interval", "0.2", "--stack", str(stack.directory)]) == 0
+    out = capsys.readouterr().out
+    assert "brokers answering 2/2" in out
+    row = next(line for line in out.splitlines() if "metrics-lag" in line)
+    assert "40" in row  # the group's lag, summed over the topic's partitions
 
 
 @pytest.mark.faults
