@@ -5,7 +5,7 @@ request timed into Kafka's RequestMetrics histograms, records and bytes counted 
 sampled, an endpoint served) and one with metrics off (``metrics.port=-1``: the null metrics, nothing
 kept, no endpoint). Both get the same confluent-kafka (librdkafka) producer and records, the side
 that goes first alternating from run to run, and while the "on" side runs a scraper GETs its
-endpoint every second, as Prometheus would (more often than its usual 15 s).
+endpoint every second from a process of its own, as Prometheus would (more often than its usual 15 s).
 
 Two workloads, because the metrics cost is per request and per partition append, not per byte:
 
@@ -23,11 +23,13 @@ on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_ove
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import multiprocessing.sharedctypes
+import multiprocessing.synchronize
 import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -57,30 +59,37 @@ def broker_cpu_s(pid: int) -> float:
     return times.user + times.system
 
 
+def _scrape_every_second(url: str, stop: multiprocessing.synchronize.Event, count: multiprocessing.sharedctypes.Synchronized) -> None:
+    while not stop.wait(1.0):
+        try:
+            scrape(url)
+            with count.get_lock():
+                count.value += 1
+        except ScrapeError as exc:
+            print(f"scrape failed: {exc}", file=sys.stderr)
+
+
 class Scraper:
-    """GETs a metrics URL every second in a thread while a run is measured."""
+    """GETs and parses a metrics URL every second while a run is measured, as Prometheus would: in a
+    process of its own, so that parsing does not hold the producing process's GIL."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.scrapes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stop = multiprocessing.Event()
+        self._count = multiprocessing.Value("i", 0)
+        self._process = multiprocessing.Process(target=_scrape_every_second, args=(url, self._stop, self._count),
+                                                daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            try:
-                scrape(self.url)
-                self.scrapes += 1
-            except ScrapeError as exc:
-                print(f"scrape failed: {exc}", file=sys.stderr)
+    @property
+    def scrapes(self) -> int:
+        return self._count.value
 
     def __enter__(self) -> Scraper:
-        self._thread.start()
+        self._process.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        self._process.join()
 
 
 def produce(stack: LocalStack, topic: str, records: int, workload: dict[str, Any]) -> tuple[float, float]:

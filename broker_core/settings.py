@@ -210,7 +210,8 @@ SETTINGS: tuple[Setting, ...] = (
     # Metrics (docs/operations.md, "Metrics").
     _broker("metrics.port", _INT, -1,
             "Port of the broker's Prometheus endpoint (GET /metrics, on the broker's --host); 0 picks a free port "
-            "(the ready file and stack.json name it); negative: no endpoint and no metrics kept."),
+            "(the ready file and stack.json name it); negative: no endpoint and no metrics kept (requests are still "
+            "timed for floe.request.slow.ms)."),
     _broker("floe.consumer.lag.sample.ms", _INT, 5000,
             "With metrics on, how often a group coordinator samples the latest offset of the partitions its groups "
             "committed to (kafka_consumergroup_lag and _lag_seconds are as fresh as the last sample)."),

@@ -11,7 +11,8 @@ consumer lag, tiering lag, connections) are not kept up to date here: the parts 
 register collectors (`add_collector`) evaluated at scrape time.
 
 With metrics off (``metrics.port`` negative) `topic` and `request` hand out null children, so the
-produce and fetch paths cost one no-op call per update and nothing is kept.
+produce and fetch paths cost one no-op call per update and nothing is kept; requests are still timed
+if the slow-request log is on (``floe.request.slow.ms``).
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ class BrokerMetrics:
         key = (api_key, version, follower)
         bound = self._requests.get(key)
         if bound is None:
-            if not self.enabled:
+            if not self.enabled and self.slow_request_ms < 0:  # the slow-request log needs the timing
                 return NULL_REQUEST
             name = kafka_request_name(api_names(api_key), follower)
             bound = self._requests[key] = RequestMetrics(

@@ -147,3 +147,13 @@ def test_the_endpoint_serves_the_exposition_on_get_and_refuses_other_paths_and_m
     assert missing.startswith(b"HTTP/1.1 404")
     assert post.startswith(b"HTTP/1.1 405")
     assert oversized == b""  # closed without an answer
+
+
+def test_with_metrics_off_the_slow_request_log_still_times_requests(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = BrokerMetrics(enabled=False, slow_request_ms=0)
+    bound = metrics.request(1, 12, lambda key: "fetch")
+    assert bound is not NULL_REQUEST
+    clock = RequestClock(0.0)
+    with caplog.at_level(logging.WARNING, logger="floe.request.slow"):
+        metrics.request_done(bound, clock, 0.0, 12, "c", "User:ANONYMOUS", "PLAINTEXT")
+    assert "slow request FetchConsumer v12" in caplog.text
