@@ -17,7 +17,7 @@ if the slow-request log is on (``floe.request.slow.ms``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Protocol
 
 from prometheus_client import generate_latest
@@ -182,9 +182,10 @@ class BrokerMetrics:
                 self._failed_produce.labels(name), self._failed_fetch.labels(name))
         return bound
 
-    def forget_topic(self, name: str) -> None:
-        """Stop reporting a deleted topic (Kafka removes its BrokerTopicMetrics too)."""
-        if self._topics.pop(name, None) is not None:
+    def forget_topics_except(self, known: Container[str]) -> None:
+        """Stop reporting topics that are gone (Kafka removes a deleted topic's BrokerTopicMetrics too)."""
+        for name in [name for name in self._topics if name not in known]:
+            del self._topics[name]
             for family in (self._messages_in, self._bytes_in, self._bytes_out, self._failed_produce,
                            self._failed_fetch):
                 family.remove(name)

@@ -342,6 +342,7 @@ class Broker:
             image = MetadataImage.from_snapshot(snapshot, controller_id=lease.holder if lease else -1)
             self.image = image
             self.replicas.apply(image)
+            self.metrics.forget_topics_except(image.topics)
             await self.parts.fetchers.update()
 
     def controller_check_interval_s(self) -> float:

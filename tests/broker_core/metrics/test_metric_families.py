@@ -114,8 +114,11 @@ def test_quota_use_is_counted_in_bytes_for_byte_rates_and_throttle_time_for_ever
 def test_a_deleted_topic_stops_being_reported() -> None:
     metrics = BrokerMetrics()
     metrics.topic("gone").messages_in.inc(3)
-    metrics.forget_topic("gone")
-    assert 'topic="gone"' not in metrics.exposition().decode()
+    metrics.topic("kept").messages_in.inc(4)
+    metrics.forget_topics_except({"kept"})
+    exposition = metrics.exposition().decode()
+    assert 'topic="gone"' not in exposition
+    assert 'kafka_server_brokertopicmetrics_messagesin_total{topic="kept"} 4.0' in exposition
 
 
 def test_the_endpoint_serves_the_exposition_on_get_and_refuses_other_paths_and_methods() -> None:
