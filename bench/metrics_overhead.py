@@ -3,9 +3,11 @@
 Two one-broker local stacks run side by side: one with metrics on (``metrics.port=0``: every
 request timed into Kafka's RequestMetrics histograms, records and bytes counted per topic, lag
 sampled, an endpoint served) and one with metrics off (``metrics.port=-1``: the null metrics, nothing
-kept, no endpoint). Both get the same confluent-kafka (librdkafka) producer and records, the side
-that goes first alternating from run to run, and while the "on" side runs a scraper GETs its
-endpoint every second from a process of its own, as Prometheus would (more often than its usual 15 s).
+kept, no endpoint). The two sides produce at the same time, each from a confluent-kafka (librdkafka)
+producer in a process of its own, starting together: on a shared, loaded machine both then meet the
+same neighbours, where one side after the other met whatever load came at its turn (ratios of
+0.71..1.02 in trials that way). While they run a scraper process GETs and parses the "on" broker's
+endpoint every second, as Prometheus would (more often than its usual 15 s).
 
 Two workloads, because the metrics cost is per request and per partition append, not per byte:
 
@@ -92,15 +94,16 @@ class Scraper:
         self._process.join()
 
 
-def produce(stack: LocalStack, topic: str, records: int, workload: dict[str, Any]) -> tuple[float, float]:
-    """(records per second, broker CPU microseconds per record)."""
-    config = {"bootstrap.servers": stack.bootstrap_servers}
+def produce(bootstrap_servers: str, broker_pid: int, topic: str, records: int, workload: dict[str, Any],
+            start: multiprocessing.synchronize.Barrier) -> tuple[float, float]:
+    """(records per second, broker CPU microseconds per record), producing once ``start`` lets every side go."""
+    config = {"bootstrap.servers": bootstrap_servers}
     admin = AdminClient(config)  # kept: the future fails if the client is collected before it completes
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
     producer = Producer({**config, **COMMON, **workload["settings"]})
     value = b"v" * workload["value_bytes"]
-    pid = stack.processes[1].pid
-    cpu = broker_cpu_s(pid)
+    start.wait(120)
+    cpu = broker_cpu_s(broker_pid)
     started = time.perf_counter()
     for _ in range(records):
         while True:
@@ -111,22 +114,31 @@ def produce(stack: LocalStack, topic: str, records: int, workload: dict[str, Any
                 producer.poll(0.001)
     if producer.flush(300) != 0:
         raise RuntimeError("the producer did not deliver every record")
-    return records / (time.perf_counter() - started), (broker_cpu_s(pid) - cpu) / records * 1e6
+    return records / (time.perf_counter() - started), (broker_cpu_s(broker_pid) - cpu) / records * 1e6
+
+
+def _producer_process(side: str, answers: multiprocessing.Queue, *args: Any) -> None:
+    answers.put((side, produce(*args)))
 
 
 def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int]) -> dict[str, Any]:
-    order = SIDES if number % 2 == 0 else tuple(reversed(SIDES))
+    """Both sides at once, each from a producer process of its own, so that both meet the same load."""
     result: dict[str, Any] = {}
     for name, workload in WORKLOADS.items():
-        rates, cpu = {}, {}
-        for side in order:
-            topic = f"{name}-{number}"
-            if side == "on":
-                with Scraper(stacks["on"].metrics_url(stacks["on"].processes[1])) as scraper:
-                    rates[side], cpu[side] = produce(stacks[side], topic, counts[name], workload)
-                result[f"{name}_scrapes"] = scraper.scrapes
-            else:
-                rates[side], cpu[side] = produce(stacks[side], topic, counts[name], workload)
+        start = multiprocessing.Barrier(len(SIDES))
+        answers: multiprocessing.Queue = multiprocessing.Queue()
+        producers = [multiprocessing.Process(target=_producer_process, args=(
+            side, answers, stacks[side].bootstrap_servers, stacks[side].processes[1].pid, f"{name}-{number}",
+            counts[name], workload, start)) for side in SIDES]
+        with Scraper(stacks["on"].metrics_url(stacks["on"].processes[1])) as scraper:
+            for process in producers:
+                process.start()
+            measured = dict(answers.get(timeout=900) for _ in SIDES)
+            for process in producers:
+                process.join()
+        rates = {side: measured[side][0] for side in SIDES}
+        cpu = {side: measured[side][1] for side in SIDES}
+        result[f"{name}_scrapes"] = scraper.scrapes
         result[name] = {"records_per_s": rates, "ratio": rates["on"] / rates["off"],
                         "broker_cpu_us_per_record": cpu, "cpu_ratio": cpu["off"] / cpu["on"]}
         print(f"run {number} {name}: on/off {result[name]['ratio']:.3f} ({rates['on']:,.0f} / {rates['off']:,.0f} "
