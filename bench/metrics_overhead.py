@@ -7,7 +7,8 @@ kept, no endpoint). The two sides produce at the same time, each from a confluen
 producer in a process of its own, starting together: on a shared, loaded machine both then meet the
 same neighbours, where one side after the other met whatever load came at its turn (ratios of
 0.71..1.02 in trials that way). While they run a scraper process GETs and parses the "on" broker's
-endpoint every second, as Prometheus would (more often than its usual 15 s).
+endpoint every ``--scrape-interval`` seconds (default 15, Prometheus's usual setting; a scrape costs
+the broker about 24 ms of CPU for 2,000 lines, so at 1 s it is a large share of a slow broker's work).
 
 Two workloads, because the metrics cost is per request and per partition append, not per byte:
 
@@ -20,6 +21,7 @@ broker process's CPU time (user + system) per record, which the load moves much 
 on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_overhead.json.
 
     .venv/bin/python bench/metrics_overhead.py [--runs 5] [--records 200000] [--small-records 50000]
+        [--scrape-interval 15] [--output metrics_overhead.json]
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ def broker_cpu_s(pid: int) -> float:
     return times.user + times.system
 
 
-def _scrape_every_second(url: str, stop: multiprocessing.synchronize.Event, count: multiprocessing.sharedctypes.Synchronized) -> None:
-    while not stop.wait(1.0):
+def _scrape_every(interval_s: float, url: str, stop: multiprocessing.synchronize.Event,
+                  count: multiprocessing.sharedctypes.Synchronized) -> None:
+    while not stop.wait(interval_s):
         try:
             scrape(url)
             with count.get_lock():
@@ -72,13 +75,13 @@ def _scrape_every_second(url: str, stop: multiprocessing.synchronize.Event, coun
 
 
 class Scraper:
-    """GETs and parses a metrics URL every second while a run is measured, as Prometheus would: in a
-    process of its own, so that parsing does not hold the producing process's GIL."""
+    """GETs and parses a metrics URL every ``interval_s`` while a run is measured, as Prometheus would: in
+    a process of its own, so that parsing does not hold the producing process's GIL."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, interval_s: float) -> None:
         self._stop = multiprocessing.Event()
         self._count = multiprocessing.Value("i", 0)
-        self._process = multiprocessing.Process(target=_scrape_every_second, args=(url, self._stop, self._count),
+        self._process = multiprocessing.Process(target=_scrape_every, args=(interval_s, url, self._stop, self._count),
                                                 daemon=True)
 
     @property
@@ -121,7 +124,7 @@ def _producer_process(side: str, answers: multiprocessing.Queue, *args: Any) -> 
     answers.put((side, produce(*args)))
 
 
-def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int]) -> dict[str, Any]:
+def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float) -> dict[str, Any]:
     """Both sides at once, each from a producer process of its own, so that both meet the same load."""
     result: dict[str, Any] = {}
     for name, workload in WORKLOADS.items():
@@ -130,7 +133,7 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int]) 
         producers = [multiprocessing.Process(target=_producer_process, args=(
             side, answers, stacks[side].bootstrap_servers, stacks[side].processes[1].pid, f"{name}-{number}",
             counts[name], workload, start)) for side in SIDES]
-        with Scraper(stacks["on"].metrics_url(stacks["on"].processes[1])) as scraper:
+        with Scraper(stacks["on"].metrics_url(stacks["on"].processes[1]), scrape_s) as scraper:
             for process in producers:
                 process.start()
             measured = dict(answers.get(timeout=900) for _ in SIDES)
@@ -153,6 +156,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--small-records", type=int, default=50_000)
+    parser.add_argument("--scrape-interval", type=float, default=15.0,
+                        help="seconds between scrapes of the 'on' broker (Prometheus's usual 15 s)")
+    parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
     args = parser.parse_args()
     counts = {"batched": args.records, "small_requests": args.small_records}
     with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
@@ -163,14 +169,14 @@ def main() -> None:
                 stack.start()
             if stacks["off"].processes[1].metrics_port is not None:
                 raise RuntimeError("the 'off' broker serves metrics")
-            runs = [one_run(number, stacks, counts) for number in range(args.runs)]
+            runs = [one_run(number, stacks, counts, args.scrape_interval) for number in range(args.runs)]
         finally:
             for stack in stacks.values():
                 stack.stop(save_state=False)
 
     result = {
         **result_header("metrics_overhead"),
-        "records": counts, "runs_count": args.runs,
+        "records": counts, "runs_count": args.runs, "scrape_interval_s": args.scrape_interval,
         "median": {
             **{f"{name}_ratio_on_over_off": statistics.median(run[name]["ratio"] for run in runs) for name in WORKLOADS},
             **{f"{name}_records_per_s_{side}": statistics.median(run[name]["records_per_s"][side] for run in runs)
@@ -183,7 +189,7 @@ def main() -> None:
         "goals": {"ratio_on_over_off": 0.97},
         "runs": runs,
     }
-    write_result(REPO_ROOT / "bench" / "results" / "metrics_overhead.json", result)
+    write_result(REPO_ROOT / "bench" / "results" / args.output, result)
     print(result["median"])
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Container, Iterable
 from typing import Protocol
 
 from prometheus_client import generate_latest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .aws_calls import DYNAMODB_CALLS
@@ -251,6 +252,10 @@ class BrokerMetrics:
     def add_collector(self, collector: Collector) -> None:
         """A collector of gauges computed from state at scrape time."""
         self.registry.register(collector)
+
+    def collect(self) -> list[Metric]:
+        """Every registered family as it is now (on the event loop: collectors read loop-owned state)."""
+        return list(self.registry.collect())
 
     def exposition(self) -> bytes:
         """The Prometheus text format of everything registered (prometheus-client's exposition)."""

@@ -130,7 +130,7 @@ class Broker:
         self.endpoints: dict[str, tuple[str, int]] = {}
         metrics_port = config.get_int("metrics.port")
         self.metrics = BrokerMetrics(enabled=metrics_port >= 0, slow_request_ms=config.get_int("floe.request.slow.ms"))
-        self._metrics_endpoint = (MetricsEndpoint(self.metrics.exposition, config.host, metrics_port)
+        self._metrics_endpoint = (MetricsEndpoint(self.metrics.collect, config.host, metrics_port)
                                   if metrics_port >= 0 else None)
         self.metrics_port: int | None = None  # bound once started, with an endpoint
 

@@ -133,7 +133,7 @@ def test_the_endpoint_serves_the_exposition_on_get_and_refuses_other_paths_and_m
         return answer
 
     async def run() -> list[bytes]:
-        endpoint = MetricsEndpoint(metrics.exposition, "127.0.0.1", 0)
+        endpoint = MetricsEndpoint(metrics.collect, "127.0.0.1", 0)
         port = await endpoint.start()
         try:
             return [await exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
