@@ -14,11 +14,16 @@ Two workloads, because the metrics cost is per request and per partition append,
 
 - **batched**: ``--records`` values of 1000 bytes, acks=1, linger.ms=5 (large requests);
 - **small requests**: ``--small-records`` values of 100 bytes, acks=1, linger.ms=0 and at most
-  10 records per batch (many small requests: the worst case for per-request costs).
+  10 records per batch (many small requests: the worst case for per-request costs);
+- **fixed requests**: ``--fixed-requests`` identical Produce requests of one 10-record batch (100-byte
+  values), acks=1, 16 in flight on one Floe client connection. A librdkafka producer's requests
+  grow when it falls behind, so its broker CPU per record moves with the client's speed; these do
+  not, so their broker CPU per request is the cleanest figure of what the metrics cost.
 
 Throughput on a shared machine swings with the neighbours' load, so each run also records each
 broker process's CPU time (user + system) per record, which the load moves much less. Ratios are
-on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_overhead.json.
+on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_overhead.json. The
+``records_per_s`` and ``broker_cpu_us_per_record`` fields of fixed_requests count requests (``unit``).
 
     .venv/bin/python bench/metrics_overhead.py [--runs 5] [--records 200000] [--small-records 50000]
         [--scrape-interval 15] [--output metrics_overhead.json]
@@ -27,6 +32,8 @@ on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_ove
 from __future__ import annotations
 
 import argparse
+import asyncio
+import datetime
 import multiprocessing
 import multiprocessing.sharedctypes
 import multiprocessing.synchronize
@@ -46,14 +53,19 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
+from broker_core.client import BrokerConnection  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.metrics.scrape import ScrapeError, scrape  # noqa: E402
+from broker_core.protocol.api_keys import ApiKey  # noqa: E402
+from broker_core.records import SimpleRecord, build_batch  # noqa: E402
 
 WORKLOADS = {
     "batched": {"value_bytes": 1000, "settings": {"acks": "1", "linger.ms": "5", "batch.size": "1000000",
                                                   "batch.num.messages": "100000"}},
     "small_requests": {"value_bytes": 100, "settings": {"acks": "1", "linger.ms": "0", "batch.num.messages": "10"}},
+    "fixed_requests": {"value_bytes": 100, "records_per_request": 10},
 }
+IN_FLIGHT = 16
 COMMON = {"queue.buffering.max.kbytes": "65536", "message.timeout.ms": "300000"}
 SIDES = ("on", "off")
 
@@ -120,8 +132,43 @@ def produce(bootstrap_servers: str, broker_pid: int, topic: str, records: int, w
     return records / (time.perf_counter() - started), (broker_cpu_s(broker_pid) - cpu) / records * 1e6
 
 
+def produce_fixed(bootstrap_servers: str, broker_pid: int, topic: str, requests: int, workload: dict[str, Any],
+                  start: multiprocessing.synchronize.Barrier) -> tuple[float, float]:
+    """(requests per second, broker CPU microseconds per request): the same Produce request (one batch of
+    ``records_per_request`` records) ``requests`` times, acks=1, IN_FLIGHT at a time on one connection, so
+    every request costs the broker the same whatever the client's speed."""
+    config = {"bootstrap.servers": bootstrap_servers}
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+    batch = build_batch([SimpleRecord(value=b"v" * workload["value_bytes"])
+                         for _ in range(workload["records_per_request"])])
+    host, port = bootstrap_servers.split(",")[0].rsplit(":", 1)
+
+    async def run() -> tuple[float, float]:
+        connection = BrokerConnection(host, int(port), request_timeout_s=120)
+        await connection.connect()
+        request = {"transactional_id": None, "acks": 1, "timeout": datetime.timedelta(seconds=60),
+                   "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+        await connection.send(ApiKey.PRODUCE, request)  # the topic's leader is known
+        await asyncio.to_thread(start.wait, 120)
+        cpu = broker_cpu_s(broker_pid)
+        started = time.perf_counter()
+        for first in range(0, requests, IN_FLIGHT):
+            answers = await asyncio.gather(*(connection.send(ApiKey.PRODUCE, request)
+                                             for _ in range(min(IN_FLIGHT, requests - first))))
+            if any(a.responses[0].partition_responses[0].error_code for a in answers):
+                raise RuntimeError("a produce request failed")
+        elapsed = time.perf_counter() - started
+        used = broker_cpu_s(broker_pid) - cpu
+        await connection.close()
+        return requests / elapsed, used / requests * 1e6
+
+    return asyncio.run(run())
+
+
 def _producer_process(side: str, answers: multiprocessing.Queue, *args: Any) -> None:
-    answers.put((side, produce(*args)))
+    workload = args[4]
+    answers.put((side, (produce_fixed if workload.get("records_per_request") else produce)(*args)))
 
 
 def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float) -> dict[str, Any]:
@@ -142,10 +189,11 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], 
         rates = {side: measured[side][0] for side in SIDES}
         cpu = {side: measured[side][1] for side in SIDES}
         result[f"{name}_scrapes"] = scraper.scrapes
-        result[name] = {"records_per_s": rates, "ratio": rates["on"] / rates["off"],
+        unit = "request" if workload.get("records_per_request") else "record"
+        result[name] = {"unit": unit, "records_per_s": rates, "ratio": rates["on"] / rates["off"],
                         "broker_cpu_us_per_record": cpu, "cpu_ratio": cpu["off"] / cpu["on"]}
         print(f"run {number} {name}: on/off {result[name]['ratio']:.3f} ({rates['on']:,.0f} / {rates['off']:,.0f} "
-              f"records/s), broker CPU us/record on {cpu['on']:.1f} off {cpu['off']:.1f}", flush=True)
+              f"{unit}s/s), broker CPU us/{unit} on {cpu['on']:.1f} off {cpu['off']:.1f}", flush=True)
     result["load_average"] = os.getloadavg()
     result["cpu_pressure_avg10"] = cpu_pressure()
     return result
@@ -156,11 +204,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--small-records", type=int, default=50_000)
+    parser.add_argument("--fixed-requests", type=int, default=5_000)
     parser.add_argument("--scrape-interval", type=float, default=15.0,
                         help="seconds between scrapes of the 'on' broker (Prometheus's usual 15 s)")
     parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
     args = parser.parse_args()
-    counts = {"batched": args.records, "small_requests": args.small_records}
+    counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests}
     with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
         stacks = {side: LocalStack(directory=Path(directory) / side, brokers=1,
                                    overrides={"metrics.port": "0" if side == "on" else "-1"}) for side in SIDES}

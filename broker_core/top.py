@@ -136,7 +136,7 @@ def run_top(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         print("floe top: --interval must be positive", file=sys.stderr)
         return 2
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # piped: wide enough for whole topic names
     previous, _ = _scrape_all(urls)
     last = time.monotonic()
     if args.once:
