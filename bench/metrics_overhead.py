@@ -171,6 +171,18 @@ def _producer_process(side: str, answers: multiprocessing.Queue, *args: Any) -> 
     answers.put((side, (produce_fixed if workload.get("records_per_request") else produce)(*args)))
 
 
+def scrape_cost(stack: LocalStack, scrapes: int = 20) -> dict[str, float]:
+    """The "on" broker's CPU per scrape (collecting on its loop, writing the text in a thread) and the
+    size of its answer, scraped ``scrapes`` times back to back once the runs are over."""
+    pid = stack.processes[1].pid
+    url = stack.metrics_url(stack.processes[1])
+    lines = len(scrape(url).samples)
+    cpu = broker_cpu_s(pid)
+    for _ in range(scrapes):
+        scrape(url)
+    return {"broker_cpu_ms_per_scrape": (broker_cpu_s(pid) - cpu) / scrapes * 1000, "samples": lines}
+
+
 def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float) -> dict[str, Any]:
     """Both sides at once, each from a producer process of its own, so that both meet the same load."""
     result: dict[str, Any] = {}
@@ -219,6 +231,7 @@ def main() -> None:
             if stacks["off"].processes[1].metrics_port is not None:
                 raise RuntimeError("the 'off' broker serves metrics")
             runs = [one_run(number, stacks, counts, args.scrape_interval) for number in range(args.runs)]
+            scraping = scrape_cost(stacks["on"])
         finally:
             for stack in stacks.values():
                 stack.stop(save_state=False)
@@ -235,6 +248,7 @@ def main() -> None:
             **{f"{name}_cpu_ratio_off_over_on": statistics.median(run[name]["cpu_ratio"] for run in runs)
                for name in WORKLOADS},
         },
+        "scrape_cost": scraping,
         "goals": {"ratio_on_over_off": 0.97},
         "runs": runs,
     }
