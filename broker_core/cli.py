@@ -31,6 +31,7 @@ from broker_core.records import Compression, Record, SimpleRecord
 from broker_core.security.acl_cli import add_acl_commands
 from broker_core.security.cli import add_user_commands
 from broker_core.settings import ConfigError, parse_overrides
+from broker_core.top import add_top_command
 from broker_core.transactions.cli import add_transaction_commands
 
 _PRODUCE_BATCH_LINES = 1000
@@ -475,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.set_defaults(func=_consume)
     add_group_commands(commands, cluster)
     add_transaction_commands(commands, cluster)
+    add_top_command(commands)
 
     quotas = commands.add_parser("quotas", help="client quotas, as kafka-configs sets them").add_subparsers(
         dest="quotas_command", required=True)

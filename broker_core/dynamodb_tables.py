@@ -14,6 +14,9 @@ module also holds what every store does with pynamodb's answers: `condition_fail
 condition from other failures, `transact` runs a transaction and retries it while it conflicts
 with others (``broker_core.retry``), and `failures_as` turns the failures no condition explains
 into a store's "unavailable" error.
+
+The shared connections count their calls by table and operation (broker_core.metrics.aws_calls):
+`ObservedConnection` hooks each botocore client it builds.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from botocore.exceptions import BotoCoreError
 from pynamodb.connection import Connection
@@ -30,6 +33,7 @@ from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
+from broker_core.metrics.aws_calls import DYNAMODB_CALLS
 from broker_core.retry import LostRace, retry_lost_races
 
 TABLE_ACTIVE_TIMEOUT_S = 60.0
@@ -62,6 +66,20 @@ def bind_model(base: type[Model], settings: AwsSettings, table: str, *,
     return type(base.__name__, (base,), {"Meta": type("Meta", (), meta), "__module__": base.__module__})
 
 
+class ObservedConnection(Connection):
+    """A pynamodb Connection whose botocore clients report their calls to the process's DynamoDB counters."""
+
+    _observed: object = None
+
+    @property
+    def client(self) -> Any:
+        client = super().client
+        if client is not self._observed:  # pynamodb rebuilds the client when credentials went missing
+            DYNAMODB_CALLS.watch(client.meta.events)
+            self._observed = client
+        return client
+
+
 def share_connection(models: Iterable[type[Model]], settings: AwsSettings, *,
                      max_pool_connections: int | None = None) -> Connection:
     """Point every bound model (and so transactions on the returned Connection) at one botocore client.
@@ -70,9 +88,9 @@ def share_connection(models: Iterable[type[Model]], settings: AwsSettings, *,
     which a Lambda cold start or a test run would pay once per model.
     """
     options = {"max_pool_connections": max_pool_connections} if max_pool_connections is not None else {}
-    connection = Connection(region=settings.region, host=settings.endpoint_url,
-                            connect_timeout_seconds=CONNECT_TIMEOUT_S, read_timeout_seconds=READ_TIMEOUT_S,
-                            max_retry_attempts=MAX_RETRY_ATTEMPTS, **options)
+    connection = ObservedConnection(region=settings.region, host=settings.endpoint_url,
+                                    connect_timeout_seconds=CONNECT_TIMEOUT_S, read_timeout_seconds=READ_TIMEOUT_S,
+                                    max_retry_attempts=MAX_RETRY_ATTEMPTS, **options)
     tables_added: set[str] = set()
     for model in models:
         # pynamodb builds a model's TableConnection lazily in _get_connection (pinned pynamodb 6.x);

@@ -22,6 +22,10 @@ moto keeps its state in memory, so the stack saves the DynamoDB tables under its
 bucket's objects into `<dir>/aws-state/` when it stops (and every `snapshot_interval_s` while it
 runs) and loads them back when it starts again on the same directory; the brokers' logs live in
 `<dir>/broker-<id>/`. Restarting with the same directory therefore keeps topics and data.
+
+Every broker serves Prometheus metrics (`metrics.port`): the stack lets each pick a free port on
+its first start (a restarted broker keeps it) and lists it in stack.json as ``brokers[i].metrics_url``;
+consumer lag is sampled every second (``floe.consumer.lag.sample.ms=1000``). ``--set`` overrides win.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class BrokerProcess:
     process: subprocess.Popen | None = None
     port: int = 0
     listeners: dict[str, int] = field(default_factory=dict)  # listener name -> port, from its ready file
+    metrics_port: int | None = None  # from its ready file; None when metrics are off
 
     @property
     def pid(self) -> int:
@@ -303,7 +308,8 @@ class LocalStack:
             "--region", self.region, "--bucket", self.bucket, "--table-prefix", self.table_prefix,
             "--ready-file", str(ready),
         ]
-        for key, value in {**self._security_overrides(broker_id, port), **self.overrides}.items():
+        metrics = {"metrics.port": str(broker.metrics_port or 0), "floe.consumer.lag.sample.ms": "1000"}
+        for key, value in {**metrics, **self._security_overrides(broker_id, port), **self.overrides}.items():
             command += ["--set", f"{key}={value}"]
         log_file = open(broker.log_path, "ab")
         broker.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
@@ -325,6 +331,7 @@ class LocalStack:
         answer = json.loads(ready.read_text())
         broker.port = answer["port"]
         broker.listeners = answer.get("listeners", {})
+        broker.metrics_port = answer.get("metrics_port")
         return broker
 
     def kill_broker(self, broker_id: int, sig: int = signal.SIGKILL) -> None:
@@ -398,7 +405,8 @@ class LocalStack:
         info = {
             "bootstrap_servers": self.bootstrap_servers,
             "brokers": [
-                {"id": b.broker_id, "host": self.host, "port": b.port, "pid": b.pid, "data_dir": str(b.data_dir)}
+                {"id": b.broker_id, "host": self.host, "port": b.port, "pid": b.pid, "data_dir": str(b.data_dir),
+                 **({"metrics_url": self.metrics_url(b)} if b.metrics_port is not None else {})}
                 for b in self.processes.values()
             ],
             "aws": self.aws.to_dict(),
@@ -411,6 +419,9 @@ class LocalStack:
         if self.http_url is not None:
             info["http"] = {"url": self.http_url, "token": self.http_token}
         return info
+
+    def metrics_url(self, broker: BrokerProcess) -> str:
+        return f"http://{self.host}:{broker.metrics_port}/metrics"
 
     def write_stack_file(self) -> dict[str, Any]:
         info = self.describe()
@@ -524,6 +535,11 @@ def cluster_settings_of(args: Any) -> tuple[str, ClientSecurity]:
     """`cluster_settings` from a `floe` command's parsed --bootstrap-servers/--stack, --command-config and -X."""
     return cluster_settings(args.bootstrap_servers, args.stack, command_config=getattr(args, "command_config", None),
                             properties=getattr(args, "client_property", None) or ())
+
+
+def stack_metrics_urls(directory: Path | str = DEFAULT_DIR) -> list[str]:
+    """The brokers' metrics URLs listed in the stack's stack.json (StackError without one)."""
+    return [broker["metrics_url"] for broker in load_stack(directory)["brokers"] if broker.get("metrics_url")]
 
 
 def load_stack(directory: Path | str = DEFAULT_DIR) -> dict[str, Any]:

@@ -212,6 +212,17 @@ SETTINGS: tuple[Setting, ...] = (
             "progress, is closed (bytes of an unfinished request do not count); 0 or less never closes one."),
     _broker("max.connection.creation.rate", _INT, 2147483647,
             "New connections accepted per second, broker-wide; more are closed as soon as they are accepted."),
+    # Metrics (docs/operations.md, "Metrics").
+    _broker("metrics.port", _INT, -1,
+            "Port of the broker's Prometheus endpoint (GET /metrics, on the broker's --host); 0 picks a free port "
+            "(the ready file and stack.json name it); negative: no endpoint and no metrics kept (requests are still "
+            "timed for floe.request.slow.ms)."),
+    _broker("floe.consumer.lag.sample.ms", _INT, 5000,
+            "With metrics on, how often a group coordinator samples the latest offset of the partitions its groups "
+            "committed to (kafka_consumergroup_lag and _lag_seconds are as fresh as the last sample)."),
+    _broker("floe.request.slow.ms", _INT, -1,
+            "A request whose total time (read to response written) reaches this many milliseconds is logged once, "
+            "with its API, version, client id, principal and Kafka's time split; negative: none is."),
     # Listeners, TLS and SASL on the Kafka listener (docs/security.md). Kafka's names and defaults; a setting
     # read per listener may also be given as listener.name.<listener>.<setting>.
     _broker("listeners", _STRING, "",

@@ -17,6 +17,7 @@ PACKAGES = ("broker_core", "tiered_storage", "functions", "emr_jobs")
 # prefix names a module's layer, so the broker's entry points sit above the services they wire.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("formats and the settings registry", ("broker_core.records", "broker_core.partitioner", "broker_core.settings", "broker_core.clock")),
+    ("metrics families and exposition", ("broker_core.metrics",)),
     ("wire protocol and local log", ("broker_core.protocol", "broker_core.log")),
     ("AWS access", ("broker_core.aws", "broker_core.dynamodb_tables", "broker_core.retry")),
     ("cluster metadata, client quotas and security", ("broker_core.metadata", "broker_core.quotas", "broker_core.security")),
@@ -25,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("broker services", ("broker_core.replication", "broker_core.groups", "broker_core.transactions")),
     ("tiered storage", ("tiered_storage",)),
     ("entry points", (
-        "broker_core.server.assembly", "broker_core.server.__main__", "broker_core.cli",
+        "broker_core.server.assembly", "broker_core.server.__main__", "broker_core.cli", "broker_core.top",
         "broker_core.groups.cli", "broker_core.transactions.cli", "broker_core.security.cli",
         "broker_core.security.acl_cli", "broker_core.local_moto", "broker_core.local_stack", "broker_core.demo",
         "broker_core.secured_demo",

@@ -11,6 +11,9 @@ cover), it must also hold for any client with aioboto3's coroutines (tests injec
 each part of a multipart upload is retried on its own with this module's list of retriable errors. Any other error (NoSuchBucket, AccessDenied, ...) surfaces at once as ObjectStoreError.
 Large uploads use multipart upload with parts sent concurrently, each part retried on its own; a
 multipart upload that fails is aborted so that no parts linger.
+
+An ``observer`` (the broker's metrics) hears of each operation once it ends: its name, its seconds
+with every retry, and whether it failed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -118,8 +122,10 @@ class SegmentObjectStore:
         tuning: UploadTuning | None = None,
         client: Any = None,
         max_pool_connections: int = 32,
+        observer: Callable[[str, float, bool], None] | None = None,
     ) -> None:
         self.settings = settings
+        self.observer = observer
         self.bucket = settings.bucket
         self.retry = retry or S3_RETRIES
         self.tuning = tuning or UploadTuning()
@@ -158,10 +164,16 @@ class SegmentObjectStore:
         def log_retry(err: BaseException, retry: int, delay: float) -> None:
             log.warning("S3 %s of %s failed (%s); retry %d in %.3fs", operation, key, err, retry, delay)
 
+        started = time.perf_counter()
         try:
-            return await self.retry.call_async(call, is_retriable, on_retry=log_retry)
+            answer = await self.retry.call_async(call, is_retriable, on_retry=log_retry)
         except Exception as err:  # not CancelledError, a BaseException, which passes as it is
+            if self.observer is not None:
+                self.observer(operation, time.perf_counter() - started, True)
             raise ObjectStoreError(operation, key, err) from err
+        if self.observer is not None:
+            self.observer(operation, time.perf_counter() - started, False)
+        return answer
 
     # -- writes ------------------------------------------------------------------------------
 

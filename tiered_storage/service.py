@@ -27,10 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from broker_core.clock import wall_clock_ms
 from broker_core.metadata.errors import MetadataError
+from broker_core.metrics.families import gauge
 from broker_core.server.remote_reads import RemoteStorageError
 from tiered_storage.manifest import ManifestError, ManifestStore
 from tiered_storage.object_store import ObjectStoreError, SegmentObjectStore, UploadTuning
@@ -52,6 +57,19 @@ log = logging.getLogger(__name__)
 _FAILURES = (ObjectStoreError, ManifestError, RemoteStorageError, MetadataError, OSError)
 
 
+class TieringLagCollector(Collector):
+    """``floe_tiering_lag_bytes{topic,partition}`` at scrape time: for each partition of a tiered topic this
+    broker leads, the bytes of its sealed local segments holding offsets not yet in S3 (a segment the
+    remote end falls inside counts whole). Before the uploader has read the manifest, every sealed byte counts."""
+
+    def __init__(self, service: TieringService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield gauge("floe_tiering_lag_bytes", "Bytes of sealed local segments not yet copied to S3, per partition led here",
+                    ("topic", "partition"), [((topic, str(index)), lag) for (topic, index), lag in self.service.lag_bytes()])
+
+
 class TieringService:
     """Tiered storage inside one broker: uploader per led partition, retention, and the remote reader."""
 
@@ -68,6 +86,7 @@ class TieringService:
                 part_bytes=config.get_int("remote.log.s3.multipart.part.bytes"),
                 part_concurrency=config.get_int("remote.log.s3.multipart.concurrency"),
             ),
+            observer=context.metrics.s3_call,
         )
         self.reader = RemoteLogReader(
             self.manifest,
@@ -82,10 +101,23 @@ class TieringService:
         self._uploaders: dict[tuple[str, int], PartitionUploader] = {}
         self._visits: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
+        context.metrics.add_collector(TieringLagCollector(self))
 
     def _topic_is_tiered(self, topic: str) -> bool:
         described = self.context.image.topics.get(topic)
         return described is not None and is_tiered(described.configs)
+
+    def lag_bytes(self) -> list[tuple[tuple[str, int], int]]:
+        """Per partition of a tiered topic led here, the bytes of its sealed segments not yet in S3."""
+        lags = []
+        for key, partition in list(self.context.replicas.partitions.items()):
+            if not partition.is_leader or not self._topic_is_tiered(partition.topic):
+                continue
+            uploader = self._uploaders.get(key)
+            remote_end = uploader.remote_end_offset if uploader is not None else -1
+            lags.append((key, sum(segment.size for segment in partition.log.segments[:-1]
+                                  if segment.next_offset - 1 > remote_end)))
+        return lags
 
     # -- BrokerService -----------------------------------------------------------------------
 

@@ -2,8 +2,10 @@
 
 `describe` prints the group's state, protocol and coordinator, its members with their assignment,
 and per partition the committed offset, the log-end offset (asked of the partition's leader) and
-the lag between them, like Kafka's `kafka-consumer-groups.sh --describe`. `--format json` gives the
-same as one JSON object for scripts.
+the lag between them, like Kafka's `kafka-consumer-groups.sh --describe`, and the lag in seconds that the
+group's coordinator reports (``kafka_consumergroup_lag_seconds``, scraped from the brokers' metrics
+endpoints: ``--metrics-url``, else the stack's stack.json when the cluster is the stack's).
+`--format json` gives the same as one JSON object for scripts.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from broker_core.local_stack import StackError, cluster_settings_of
+from broker_core.local_stack import StackError, cluster_settings_of, stack_metrics_urls
+from broker_core.metrics.scrape import ScrapeError, scrape
 
 from .admin import GroupAdmin, GroupDescription, OffsetResetTarget
 from .errors import GroupAdminError
@@ -33,6 +36,9 @@ def add_group_commands(commands: argparse._SubParsersAction, cluster: argparse.A
                                  help="members, assignment, committed and log-end offsets, lag per partition")
     describe.add_argument("group")
     describe.add_argument("--format", choices=("text", "json"), default="text")
+    describe.add_argument("--metrics-url", action="append", default=[], metavar="URL",
+                          help="a broker's metrics endpoint to read the time lag from (repeatable; default: the "
+                               "stack's brokers)")
     describe.set_defaults(func=groups_describe)
     reset = groups.add_parser("reset-offsets", parents=[cluster],
                               help="move an inactive group's committed offsets (a dry run unless --execute)")
@@ -84,11 +90,41 @@ def groups_describe(args: argparse.Namespace) -> int:
     except (GroupAdminError, StackError) as exc:
         print(f"floe groups describe: {exc}", file=sys.stderr)
         return 1
+    lag_seconds = time_lag(args.group, _metrics_urls(args))
     if args.format == "json":
-        print(json.dumps(described.to_json()))
+        answer = described.to_json()
+        for partition in answer["partitions"]:
+            partition["lag_seconds"] = lag_seconds.get((partition["topic"], partition["partition"]))
+        print(json.dumps(answer))
         return 0
-    print_description(described, _console())
+    print_description(described, _console(), lag_seconds)
     return 0
+
+
+def _metrics_urls(args: argparse.Namespace) -> list[str]:
+    if args.metrics_url:
+        return list(args.metrics_url)
+    if args.bootstrap_servers:
+        return []  # another cluster than the stack's
+    try:
+        return stack_metrics_urls(args.stack)
+    except StackError:
+        return []
+
+
+def time_lag(group: str, urls: list[str]) -> dict[tuple[str, int], float]:
+    """The group's time lag per partition, as its coordinator reports it at one of ``urls`` (a broker that
+    does not answer is skipped with a note on stderr)."""
+    found: dict[tuple[str, int], float] = {}
+    for url in urls:
+        try:
+            scraped = scrape(url)
+        except ScrapeError as exc:
+            print(f"floe groups describe: no time lag from {exc}", file=sys.stderr)
+            continue
+        for sample in scraped.series("kafka_consumergroup_lag_seconds", group=group):
+            found[(sample.labels["topic"], int(sample.labels["partition"]))] = sample.value
+    return found
 
 
 def _reset_targets(specs: list[str]) -> list[tuple[str, int | None]]:
@@ -149,7 +185,8 @@ def groups_reset_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_description(described: GroupDescription, console: Console) -> None:
+def print_description(described: GroupDescription, console: Console,
+                      lag_seconds: dict[tuple[str, int], float] | None = None) -> None:
     console.print(f"group {described.group_id}  state {described.state}  protocol "
                   f"{described.protocol_type or '-'}/{described.protocol or '-'}  coordinator {described.coordinator}")
     members = Table("member id", "instance id", "client id", "host", "assignment")
@@ -157,11 +194,13 @@ def print_description(described: GroupDescription, console: Console) -> None:
         assignment = ", ".join(f"{topic}-{partition}" for topic, partition in m.assignment)
         members.add_row(m.member_id, m.group_instance_id or "", m.client_id, m.client_host, assignment)
     console.print(members)
-    partitions = Table("topic", "partition", "committed offset", "log-end offset", "lag", "member id")
+    partitions = Table("topic", "partition", "committed offset", "log-end offset", "lag", "lag (s)", "member id")
+    seconds = lag_seconds or {}
     for p in described.partitions:
+        lag_s = seconds.get((p.topic, p.partition))
         partitions.add_row(
             p.topic, str(p.partition), "-" if p.committed_offset < 0 else str(p.committed_offset),
             "-" if p.log_end_offset < 0 else str(p.log_end_offset), "-" if p.lag is None else str(p.lag),
-            p.member_id or "",
+            "-" if lag_s is None else f"{lag_s:.1f}", p.member_id or "",
         )
     console.print(partitions)

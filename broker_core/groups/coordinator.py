@@ -4,7 +4,8 @@ It joins three parts, each in its own module: `GroupOwnership` (which groups thi
 coordinates: leases in DynamoDB, loading, fencing), `GroupMembership` (JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup and their timers) and `GroupOffsets` (OffsetCommit, OffsetFetch, expiry).
 This module serves FindCoordinator, DescribeGroups, ListGroups and DeleteGroups itself and runs the
-background duties: member timers, lease heartbeats and offset expiry.
+background duties: member timers, lease heartbeats, offset expiry and, with metrics on, the lag
+samples of `lag.ConsumerLag`, which reports the lag of the groups coordinated here.
 
 Authorization, as Kafka's: JoinGroup, SyncGroup, Heartbeat and LeaveGroup need READ on the group
 (else GROUP_AUTHORIZATION_FAILED, checked before anything else, so a refused member learns nothing
@@ -32,6 +33,7 @@ from broker_core.transactions.errors import TransactionStoreUnavailableError
 
 from .errors import CoordinatorFencedError, GroupStoreUnavailableError
 from .group import GroupState, join_error, sync_error
+from .lag import ConsumerLag
 from .membership import GroupMembership
 from .offsets import GroupOffsets
 from .ownership import GroupOwnership
@@ -61,6 +63,8 @@ class GroupCoordinator:
         self.ownership = GroupOwnership(context)
         self.membership = GroupMembership(self.ownership, context.config)
         self.offsets = GroupOffsets(self.ownership, context)
+        self.lag = ConsumerLag(context, self.ownership)
+        context.metrics.add_collector(self.lag)
         self._tasks: list[asyncio.Task] = []
         # FindCoordinator key types other than groups', served by other coordinators (transactions).
         self._locators: dict[int, Callable[[str], Awaitable[tuple[ErrorCode, int]]]] = {}
@@ -109,11 +113,16 @@ class GroupCoordinator:
             asyncio.create_task(self._every(self.config.get_int("offsets.retention.check.interval.ms") / 1000,
                                             self.offsets.expire_offsets), name="group-offset-expiry"),
         ]
+        if self.context.metrics.enabled:
+            self._tasks.append(asyncio.create_task(
+                self._every(self.config.get_int("floe.consumer.lag.sample.ms") / 1000, self.lag.sample),
+                name="group-lag-samples"))
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.lag.close()
         await self.ownership.stop()
 
     async def _every(self, interval_s: float, duty: Callable[[], Any]) -> None:

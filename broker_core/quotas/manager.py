@@ -13,6 +13,10 @@ costs one dictionary lookup per request: nothing is measured.
 Measurements idle for longer than the quota span are dropped (Kafka expires its quota sensors after
 an hour of inactivity; a span is enough, since an idle span leaves nothing to measure).
 
+Metrics (issue 22, item 5): ``observer``, if given, hears of every measurement a quota applies to,
+with the client group, the amount (bytes for the byte rates, percent-seconds for request time, a
+partition count for mutations) and the throttle time given, 0 when within the quota.
+
 Clock: the caller's monotonic seconds (``clock``). Not thread safe: used from the event loop only.
 """
 
@@ -32,6 +36,9 @@ from .entities import (
 )
 from .rates import SampledRate, TokenBucket, WindowConfig
 
+# (quota key, client group (user, client id), amount recorded, throttle seconds given)
+QuotaObserver = Callable[[str, tuple[str, str], float, float], None]
+
 _SWEEP_INTERVAL_S = 60.0
 
 
@@ -49,8 +56,9 @@ class QuotaManager:
     """A broker's quota measurements and the quotas they are held to (see the module doc)."""
 
     def __init__(self, windows: WindowConfig = _KAFKA_WINDOWS, controller_windows: WindowConfig = _KAFKA_WINDOWS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, observer: QuotaObserver | None = None) -> None:
         self.windows = windows
+        self.observer = observer
         self.controller_windows = controller_windows
         self.clock = clock
         self.quotas = ClientQuotas()
@@ -139,7 +147,10 @@ class QuotaManager:
         if rate is None:
             rate = self._rates[(key, match.group)] = SampledRate(self.windows, now)
         rate.record(value, now)
-        return rate.throttle_s(match.limit, now, max_throttle_s)
+        throttle_s = rate.throttle_s(match.limit, now, max_throttle_s)
+        if self.observer is not None:
+            self.observer(key, match.group, value, throttle_s)
+        return throttle_s
 
     # controller mutations (KIP-599) ----------------------------------------------------------
 
@@ -155,7 +166,12 @@ class QuotaManager:
 
     def mutation_throttle(self, identity: ClientIdentity) -> float:
         bucket, quota = self._bucket(identity)
-        return bucket.throttle_s(quota, self.clock()) if bucket is not None else 0.0
+        throttle_s = bucket.throttle_s(quota, self.clock()) if bucket is not None else 0.0
+        if throttle_s > 0 and self.observer is not None:
+            match = self.quotas.resolve(identity, CONTROLLER_MUTATION_RATE)
+            if match is not None:
+                self.observer(CONTROLLER_MUTATION_RATE, match.group, 0.0, throttle_s)
+        return throttle_s
 
     def _bucket(self, identity: ClientIdentity) -> tuple[TokenBucket | None, float]:
         if CONTROLLER_MUTATION_RATE not in self._keys:

@@ -15,7 +15,7 @@ from broker_core.aws import AwsSettings
 from broker_core.metadata.reloaded import ReloadedTable
 
 from .entities import ClientQuotas
-from .manager import QuotaManager
+from .manager import QuotaManager, QuotaObserver
 from .rates import WindowConfig
 from .store import QuotaStore, QuotaStoreError
 
@@ -25,9 +25,10 @@ class QuotaService(ReloadedTable[ClientQuotas]):
 
     what = "client quotas"
 
-    def __init__(self, settings: AwsSettings, windows: WindowConfig, controller_windows: WindowConfig) -> None:
+    def __init__(self, settings: AwsSettings, windows: WindowConfig, controller_windows: WindowConfig,
+                 observer: QuotaObserver | None = None) -> None:
         super().__init__(QuotaStore(settings), QuotaStoreError)
-        self.manager = QuotaManager(windows, controller_windows)
+        self.manager = QuotaManager(windows, controller_windows, observer=observer)
 
     def apply(self, loaded: ClientQuotas) -> None:
         self.manager.apply(loaded)

@@ -93,4 +93,8 @@ class IsrManager:
                  written.isr, written.partition_epoch,
                  extra=_fields(partition, previous_isr=list(partition.isr), isr=list(written.isr),
                                partition_epoch=written.partition_epoch))
+        if len(written.isr) < len(partition.isr):
+            self.context.metrics.isr_shrinks.inc()
+        elif len(written.isr) > len(partition.isr):
+            self.context.metrics.isr_expands.inc()
         partition.update_isr(tuple(written.isr), written.partition_epoch)

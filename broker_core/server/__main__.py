@@ -32,8 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a Kafka broker config, e.g. log.segment.bytes=1048576")
     parser.add_argument("--ready-file", type=Path, default=None,
-                        help="write {'port': N, 'pid': N, 'listeners': {NAME: N}} here once the broker serves "
-                             "requests (port: the first listener's)")
+                        help="write {'port': N, 'pid': N, 'listeners': {NAME: N}, 'metrics_port': N or null} here once "
+                             "the broker serves requests (port: the first listener's)")
     parser.add_argument("--log-level", default=os.environ.get("FLOE_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
 
@@ -55,7 +55,8 @@ async def run(args: argparse.Namespace) -> None:
     if args.ready_file:
         tmp = args.ready_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"port": broker.port, "pid": os.getpid(),
-                                   "listeners": {name: port for name, (_, port) in broker.endpoints.items()}}))
+                                   "listeners": {name: port for name, (_, port) in broker.endpoints.items()},
+                                   "metrics_port": broker.metrics_port}))
         tmp.rename(args.ready_file)
     await stop.wait()
     await broker.stop(controlled=True)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from broker_core.groups.coordinator import GroupCoordinator
 from broker_core.metadata.errors import MetadataError
+from broker_core.metrics.broker import BrokerMetrics
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.quotas.rates import WindowConfig
 from broker_core.quotas.service import QuotaService
@@ -41,6 +42,7 @@ from .handlers import RequestHandlers
 from .listener import KafkaListener, KafkaListeners, ListenerLimits, ListenerSecurity
 from .listeners import ListenerSpec
 from .log_cleaner import LogCleanerService
+from .metrics_collector import BrokerStateCollector
 from .producer_ids import ProducerIdAllocator
 from .sasl import SaslConfig, sasl_on_a_listener_without_it
 from .txn_verification import TransactionVerifier
@@ -57,6 +59,7 @@ def build_broker(config: BrokerConfig) -> Broker:
         config.aws,
         WindowConfig(config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds")),
         WindowConfig(config.get_int("controller.quota.window.num"), config.get_int("controller.quota.window.size.seconds")),
+        observer=broker.metrics.quota_recorded,
     )
     producer_ids = ProducerIdAllocator(broker.store)
     transactions = TransactionCoordinator(broker, producer_ids, groups.offsets)
@@ -78,8 +81,10 @@ def build_broker(config: BrokerConfig) -> Broker:
     handlers.register(ApiKey.WRITE_TXN_MARKERS, guard_write_txn_markers(
         route_write_txn_markers(groups.offsets, handlers.table.get(ApiKey.WRITE_TXN_MARKERS)), broker))
     groups.add_locator(TRANSACTION_KEY_TYPE, transactions.locate)
+    listeners = build_listeners(config, handlers, store.get, broker.metrics)
+    broker.metrics.add_collector(BrokerStateCollector(broker, listeners))
     broker.host(BrokerParts(
-        listener=build_listeners(config, handlers, store.get),
+        listener=listeners,
         fetchers=ReplicaFetcherManager(broker),
         isr=IsrManager(broker),
         services=(quotas, credentials, acls, groups, transactions, tiering, LogCleanerService(broker),
@@ -89,7 +94,8 @@ def build_broker(config: BrokerConfig) -> Broker:
     return broker
 
 
-def build_listeners(config: BrokerConfig, handlers: RequestHandlers, lookup: CredentialLookup) -> KafkaListeners:
+def build_listeners(config: BrokerConfig, handlers: RequestHandlers, lookup: CredentialLookup,
+                    metrics: BrokerMetrics | None = None) -> KafkaListeners:
     """One KafkaListener per entry of `listeners`, each secured as its protocol says; SASL listeners
     check passwords against ``lookup`` (the SCRAM credential store)."""
     for api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
@@ -107,7 +113,7 @@ def build_listeners(config: BrokerConfig, handlers: RequestHandlers, lookup: Cre
             handshake_timeout_s=int(setting("ssl.handshake.timeout.ms")) / 1000,
             sasl=sasl_config(spec, setting, lookup, config.aws.region) if spec.security_protocol.sasl else None,
         )
-        listener = KafkaListener(handlers, spec.host, spec.port, limits, security, shared_with=first)
+        listener = KafkaListener(handlers, spec.host, spec.port, limits, security, shared_with=first, metrics=metrics)
         first = first or listener
         built[spec.name] = (listener, spec.advertised_host, spec.advertised_port)
     return KafkaListeners(built)

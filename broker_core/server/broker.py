@@ -11,12 +11,16 @@ read of the version item; a new version means a new snapshot), the controller ro
 and while holding it fence stalled brokers and elect leaders, at the metadata poll cadence), log
 retention, the ISR check and the high-watermark checkpoint.
 pynamodb is synchronous, so every DynamoDB call runs in a worker thread, never on the event loop.
+
+The broker owns its `BrokerMetrics` and, with ``metrics.port`` set, serves them on the event loop
+(broker_core.metrics.endpoint); it counts its controller's elections itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -25,8 +29,10 @@ from typing import Protocol
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, MetadataError
 from broker_core.metadata.image import MetadataImage
-from broker_core.metadata.state import BrokerState
+from broker_core.metadata.state import BrokerState, PartitionState
 from broker_core.metadata.store import MetadataStore
+from broker_core.metrics.broker import BrokerMetrics
+from broker_core.metrics.endpoint import MetricsEndpoint
 from broker_core.security.authorizer import Authorizer
 from broker_core.settings import effective
 
@@ -122,6 +128,11 @@ class Broker:
         self._stopping = False
         self.port = config.port
         self.endpoints: dict[str, tuple[str, int]] = {}
+        metrics_port = config.get_int("metrics.port")
+        self.metrics = BrokerMetrics(enabled=metrics_port >= 0, slow_request_ms=config.get_int("floe.request.slow.ms"))
+        self._metrics_endpoint = (MetricsEndpoint(self.metrics.collect, config.host, metrics_port)
+                                  if metrics_port >= 0 else None)
+        self.metrics_port: int | None = None  # bound once started, with an endpoint
 
     def host(self, parts: BrokerParts) -> None:
         """Take the listener, fetchers, ISR manager and services built around this broker."""
@@ -140,6 +151,8 @@ class Broker:
         parts = self.parts
         self.port = await parts.listener.start()
         self.endpoints = parts.listener.advertised_endpoints()
+        if self._metrics_endpoint is not None:
+            self.metrics_port = await self._metrics_endpoint.start()
         self.broker_epoch = await asyncio.to_thread(self._register)
         log.info("broker %d registered with epoch %d, listening on %s:%d",
                  self.config.broker_id, self.broker_epoch, self.config.host, self.port)
@@ -184,6 +197,8 @@ class Broker:
         for service in reversed(parts.services):
             await service.stop()
         await parts.listener.stop()
+        if self._metrics_endpoint is not None:
+            await self._metrics_endpoint.stop()
         self.replicas.close()
 
     async def _cancel_tasks(self, names: tuple[str, ...] | None) -> None:
@@ -329,6 +344,7 @@ class Broker:
             # floe.super.users.include.brokers: a broker registered since the last image is trusted now.
             self.authorizer.replace_broker_principals(b.principal for b in image.brokers.values())
             self.replicas.apply(image)
+            self.metrics.forget_topics_except(image.topics)
             await self.parts.fetchers.update()
 
     def controller_check_interval_s(self) -> float:
@@ -361,6 +377,7 @@ class Broker:
             return
         if self.controller is None or self.controller.controller_epoch != epoch:
             log.info("broker %d is the controller at epoch %d", self.config.broker_id, epoch)
+            self.metrics.controller_terms.inc()
             # As Kafka's controller: the first imbalance check comes one interval into the term.
             self._leader_rebalance_due = loop.time() + self.config.get_int("leader.imbalance.check.interval.seconds")
             self.heartbeat_observer.begin_term(epoch)
@@ -368,13 +385,26 @@ class Broker:
             # Clients address admin requests to the controller named in Metadata: make every
             # broker re-read the snapshot (and the lease) now that the holder changed.
             await asyncio.to_thread(self.store.bump_metadata_version)
-        await asyncio.to_thread(self.controller.run_once)
+        started = time.perf_counter()
+        result = await asyncio.to_thread(self.controller.run_once)
+        self._count_elections("broker_change", result.changed_partitions, started)
         if self.config.get_bool("auto.leader.rebalance.enable") and loop.time() >= self._leader_rebalance_due:
             self._leader_rebalance_due = loop.time() + self.config.get_int("leader.imbalance.check.interval.seconds")
+            started = time.perf_counter()
             moved = await asyncio.to_thread(self.controller.rebalance_leaders,
                                             self.config.get_int("leader.imbalance.per.broker.percentage"))
+            self._count_elections("preferred_rebalance", moved, started)
             if moved:
                 log.info("leader rebalance moved %d leaderships back to preferred replicas", len(moved))
+
+    def _count_elections(self, cause: str, changed: Sequence[PartitionState], started: float) -> None:
+        """Count the partitions of a controller pass whose leader changed, and time the pass if any did."""
+        elected = sum(1 for state in changed
+                      if (known := self.image.partitions.get((state.topic, state.partition))) is None
+                      or known.leader != state.leader)
+        if elected:
+            self.metrics.elections.labels(cause).inc(elected)
+            self.metrics.election_seconds.observe(time.perf_counter() - started)
 
     async def _checkpoint_high_watermarks(self) -> None:
         for partition in list(self.replicas.partitions.values()):

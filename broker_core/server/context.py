@@ -3,7 +3,7 @@
 The request handlers, the replica fetchers, the ISR manager, the group coordinator and the tiering
 service each receive a `BrokerContext` when the broker is assembled (`broker_core.server.assembly`).
 It offers exactly what they use: the broker's settings, its current `MetadataImage`, the replicas it
-hosts, the metadata store, the authorizer, and ways to ask for newer metadata. They never reach for anything else on
+hosts, the metadata store, the authorizer, its metrics, and ways to ask for newer metadata. They never reach for anything else on
 the broker and never set attributes on each other. Everything here is for tasks on the broker's
 event loop; the store's calls block, so callers run them in a worker thread.
 """
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from broker_core.metadata.controller import Controller
     from broker_core.metadata.image import MetadataImage
     from broker_core.metadata.store import MetadataStore
+    from broker_core.metrics.broker import BrokerMetrics
     from broker_core.security.authorizer import Authorizer
 
     from .config import BrokerConfig
@@ -53,6 +54,11 @@ class BrokerContext(Protocol):
     @property
     def controller(self) -> Controller | None:
         """The controller role while this broker holds the controller lease, else None (blocking calls)."""
+        ...
+
+    @property
+    def metrics(self) -> BrokerMetrics:
+        """The broker's metrics: services update its families and add collectors of their state."""
         ...
 
     @property

@@ -30,6 +30,7 @@ from broker_core.log.transaction_index import AbortedTxn
 from broker_core.metadata import errors as meta_errors
 from broker_core.metadata.store import validate_topic_name
 from broker_core.metadata.topics import PartitionLimits
+from broker_core.metrics.requests import current_request_clock
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import FileRecords, Request
 from broker_core.protocol.messages import (
@@ -351,15 +352,20 @@ class RequestHandlers:
             result["error_code"] = ErrorCode.corrupt_message
             result["error_message"] = "produce request carries no record batch"
             return
+        metrics = self.context.metrics.topic(topic)
         if acks == -1 and len(partition.isr) < partition.min_insync_replicas:
             result["error_code"] = ErrorCode.not_enough_replicas
+            metrics.failed_produce.inc()
             return
         try:
             info = partition.append_as_leader(records, guard)
         except _REFUSED_APPENDS as exc:
             result["error_code"] = next(code for cls, code in _APPEND_ERROR_CODES if isinstance(exc, cls))
             result["error_message"] = str(exc)
+            metrics.failed_produce.inc()
             return
+        metrics.messages_in.inc(info.last_offset - info.base_offset + 1)
+        metrics.bytes_in.inc(info.size_bytes)
         result["base_offset"] = info.base_offset
         result["log_start_offset"] = partition.log_start_offset
         if info.log_append_time >= 0:
@@ -423,7 +429,10 @@ class RequestHandlers:
             if total >= body.min_bytes or had_error or remaining <= 0 or not partitions:
                 break
             futures = [p.change_future() for p in partitions]
+            waiting_since = time.perf_counter()
             await asyncio.wait(futures, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if (clock := current_request_clock()) is not None:
+                clock.remote_s += time.perf_counter() - waiting_since  # Kafka's remote time: the long poll
             for future in futures:
                 future.cancel()
         throttle_s = quotas.record_fetch(identity, total) if replica_id < 0 else 0.0
@@ -431,10 +440,20 @@ class RequestHandlers:
             # As Kafka: a throttled consumer gets no records, and what it was not sent is not counted.
             quotas.unrecord_fetch(identity, total)
             topics = []
+        if replica_id < 0 and total:
+            self._count_bytes_out(topics)
         return respond(request, {
             "throttle_time": _throttle_time(throttle_s), "error_code": ErrorCode.none, "session_id": 0,
             "responses": topics,
         })
+
+    def _count_bytes_out(self, topics: list[dict[str, Any]]) -> None:
+        """BytesOut, as Kafka counts it: record bytes sent to consumers, by topic."""
+        metrics = self.context.metrics
+        for topic in topics:
+            sent = sum(len(response["records"]) for response in topic["partitions"] if response.get("records"))
+            if sent:
+                metrics.topic(topic["topic"]).bytes_out.inc(sent)
 
     async def _read_fetch(self, request: Request, replica_id: int, max_bytes: int) -> tuple[list, int, list, bool]:
         body = request.body
@@ -505,6 +524,7 @@ class RequestHandlers:
                         continue
                     except RemoteStorageError as exc:
                         log.warning("remote read of %s-%d failed: %s", name, p.partition, exc)
+                        self.context.metrics.topic(name).failed_fetch.inc()
                         response["error_code"] = ErrorCode.kafka_storage_error
                         had_error = True
                         continue

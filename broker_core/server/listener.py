@@ -25,6 +25,12 @@ request being handled or answered, not muted, not waiting for the pool), is clos
 unfinished request do not count as activity, so a client trickling one (slowloris) is closed too.
 After a response whose `throttle_time` is positive, the connection reads nothing more for that
 long (KIP-219).
+
+Metrics (`BrokerMetrics`): each request's time is split as Kafka's RequestMetrics split it
+(broker_core.metrics.requests): a `RequestClock` stamped when the frame was read, when its handler
+started (the clock is bound to the task, where the Fetch handler adds its long-poll wait), when a
+Produce's appends were done, when the response was ready, and when its write started and ended.
+Connections open (by listener and principal) and refused (by reason) are read at scrape time.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +50,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker_core.metrics.broker import NULL_REQUEST, BrokerMetrics, RequestMetrics
+from broker_core.metrics.requests import RequestClock
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -130,6 +139,15 @@ def _throttle_seconds(response: Any) -> float:
     return throttle.total_seconds() if isinstance(throttle, datetime.timedelta) else 0.0
 
 
+@dataclass(slots=True)
+class _Timed:
+    """A request being timed for its RequestMetrics: what `Connection._send` reports once it is written."""
+
+    bound: RequestMetrics
+    clock: RequestClock
+    request: Request
+
+
 class Connection:
     """One client connection: reads requests, hands them to the handlers, writes the responses.
 
@@ -140,8 +158,9 @@ class Connection:
     def __init__(self, sock: socket.socket, handlers: RequestHandlers, max_frame_bytes: int,
                  pool: RequestMemoryPool | None = None,
                  memory_released: Callable[[], Awaitable[None]] | None = None,
-                 security: ListenerSecurity | None = None) -> None:
+                 security: ListenerSecurity | None = None, metrics: BrokerMetrics | None = None) -> None:
         self.sock = sock
+        self.metrics = metrics or BrokerMetrics(enabled=False)
         self.handlers = handlers
         self.security = security or ListenerSecurity()
         self.decoder = FrameDecoder(max_frame_bytes, staging_bytes=RECV_BYTES, pool=pool)
@@ -166,6 +185,7 @@ class Connection:
         self._handling = False
         self._waiting = False  # for the pool, or muted
         self._muted_until = 0.0
+        self._received = 0.0  # perf_counter when the frames being processed were read
 
     @property
     def busy(self) -> bool:
@@ -224,6 +244,7 @@ class Connection:
                     await self._responses.join()
                     return
                 frames = self.decoder.received(received)
+                self._received = time.perf_counter()
                 for frame in frames:
                     if self._muted_until:
                         await self._wait_unmuted()
@@ -263,7 +284,7 @@ class Connection:
                                self.principal, self.client_host, self.listener_name)
                 response = self.handlers.api_versions_response(stub, ErrorCode.unsupported_version)
                 await self._responses.join()
-                await self._send((encode_response(ApiKey.API_VERSIONS, 0, exc.correlation_id, response), 0.0))
+                await self._send((encode_response(ApiKey.API_VERSIONS, 0, exc.correlation_id, response), 0.0, None))
                 return True
             log.warning("closing connection from %s: %s", self.peer, exc)
             return False
@@ -274,17 +295,31 @@ class Connection:
             verdict = await self._sasl(request)
             if verdict is not None:
                 return verdict
+        bound = self.metrics.request(request.api_key, request.api_version, api_name,
+                                     request.api_key == ApiKey.FETCH and getattr(request.body, "replica_id", -1) >= 0)
+        timed = None
+        if bound is not NULL_REQUEST:
+            timed = _Timed(bound, RequestClock(self._received), request)
         if request.api_key == ApiKey.PRODUCE:
+            header = request.without_body()
+            if timed is not None:
+                timed.request = header  # a waiting produce keeps no records (see the module doc)
+                timed.clock.started = time.perf_counter()
             try:
                 complete = await self.handlers.start_produce(request)
             except Exception:
                 log.exception("Produce v%d from %s failed", request.api_version, self.peer)
                 return False
-            await self._responses.put(asyncio.ensure_future(self._encode(request.without_body(), complete())))
+            if timed is not None:
+                timed.clock.local_done = time.perf_counter()
+            await self._responses.put(asyncio.ensure_future(self._encode(header, complete(), timed)))
             return True
         await self._responses.join()
+        if timed is not None:
+            timed.clock.started = time.perf_counter()
+            timed.clock.bind()
         try:
-            encoded = await self._encode(request, self.handlers.handle(request))
+            encoded = await self._encode(request, self.handlers.handle(request), timed)
         except Exception:
             return False
         if encoded is not None:
@@ -315,7 +350,7 @@ class Connection:
             return None
         await self._responses.join()
         await self._send((encode_response(request.api_key, request.api_version, request.correlation_id,
-                                          answer.response), 0.0))
+                                          answer.response), 0.0, None))
         return not answer.close
 
     async def _raw_sasl_token(self, frame: bytes | memoryview) -> bool:
@@ -325,7 +360,7 @@ class Connection:
         if answer.close:
             return False
         self._authenticated()
-        await self._send(([struct.pack(">i", len(answer.response)) + answer.response], 0.0))
+        await self._send(([struct.pack(">i", len(answer.response)) + answer.response], 0.0, None))
         return True
 
     def _authenticated(self) -> None:
@@ -334,16 +369,22 @@ class Connection:
             self.principal = self.sasl.principal
         self.decoder.max_frame_bytes = self.sasl.receive_limit(self._frame_limit)
 
-    async def _encode(self, request: Request, answer: Awaitable[Any]) -> tuple[list, float] | None:
+    async def _encode(self, request: Request, answer: Awaitable[Any],
+                      timed: _Timed | None = None) -> tuple[list, float, _Timed | None] | None:
         """The encoded response to ``request`` once ``answer`` gives it, with the seconds it asks the
-        client to hold off for (its throttle time); None when none is sent."""
+        client to hold off for (its throttle time) and its timing; None when none is sent."""
         try:
             response = await answer
+            if timed is not None:
+                timed.clock.ready = time.perf_counter()
             if response is None:
+                if timed is not None:  # acks=0: nothing to send
+                    timed.clock.send_started = timed.clock.sent = timed.clock.ready
+                    self._timed_done(timed, 0.0)
                 return None
             # A response the version cannot carry (e.g. a null topic name before Metadata v12) fails here.
             parts = encode_response(request.api_key, request.api_version, request.correlation_id, response)
-            return parts, _throttle_seconds(response)
+            return parts, _throttle_seconds(response), timed
         except Exception:
             log.exception("%s v%d from %s failed", api_name(request.api_key), request.api_version, self.peer)
             raise
@@ -362,9 +403,16 @@ class Connection:
                 return
             self._responses.task_done()
 
-    async def _send(self, encoded: tuple[list, float]) -> None:
+    def _timed_done(self, timed: _Timed, throttle_s: float) -> None:
+        request = timed.request
+        self.metrics.request_done(timed.bound, timed.clock, throttle_s, request.api_version, request.client_id,
+                                  request.principal, self.listener_name)
+
+    async def _send(self, encoded: tuple[list, float, _Timed | None]) -> None:
         """Write one response; if it carries a throttle time, read nothing more for that long (KIP-219)."""
-        parts, throttle_s = encoded
+        parts, throttle_s, timed = encoded
+        if timed is not None:
+            timed.clock.send_started = time.perf_counter()
         pending = bytearray()
         for part in parts:
             if isinstance(part, bytes):
@@ -378,6 +426,9 @@ class Connection:
             await self.stream.send(pending)
         now = self.loop.time()
         self.last_active = now
+        if timed is not None:
+            timed.clock.sent = time.perf_counter()
+            self._timed_done(timed, throttle_s)
         if throttle_s > 0:
             self._muted_until = max(self._muted_until, now + throttle_s)
 
@@ -469,8 +520,9 @@ class KafkaListener:
 
     def __init__(self, handlers: RequestHandlers, host: str, port: int,
                  limits: ListenerLimits | None = None, security: ListenerSecurity | None = None,
-                 shared_with: KafkaListener | None = None) -> None:
+                 shared_with: KafkaListener | None = None, metrics: BrokerMetrics | None = None) -> None:
         self.handlers = handlers
+        self.metrics = metrics
         self.host = host
         self.port = port
         self.limits = limits or ListenerLimits()
@@ -514,7 +566,7 @@ class KafkaListener:
                 client.setblocking(False)
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 connection = Connection(client, self.handlers, self.limits.max_frame_bytes, self.pool,
-                                        self._memory.wait, self.security)
+                                        self._memory.wait, self.security, self.metrics)
             except OSError:  # the peer is gone already
                 client.close()
                 self.admission.closed(address)
@@ -549,6 +601,10 @@ class KafkaListener:
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    def connections_by_principal(self) -> Counter[str]:
+        """Open connections of this listener by principal (unauthenticated ones are User:ANONYMOUS)."""
+        return Counter(connection.principal for connection in self._connections.values())
 
     async def stop(self) -> None:
         for task in (self._accept_task, self._sweep_task):
@@ -589,6 +645,16 @@ class KafkaListeners:
     @property
     def connection_count(self) -> int:
         return sum(listener.connection_count for listener, _, _ in self.listeners.values())
+
+    def connections_by_listener(self) -> dict[tuple[str, str], int]:
+        """Open connections by (listener name, principal)."""
+        return {(name, principal): count for name, (listener, _, _) in self.listeners.items()
+                for principal, count in listener.connections_by_principal().items()}
+
+    def refused_connections(self) -> Mapping[str, int]:
+        """Connections refused since start, by the limit that refused them (max.connections, ...)."""
+        first = next(iter(self.listeners.values()))[0]
+        return dict(first.admission.refused) if first.admission is not None else {}
 
     async def stop(self) -> None:
         for listener, _, _ in self.listeners.values():

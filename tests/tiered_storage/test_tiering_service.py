@@ -12,6 +12,8 @@ import boto3
 
 from broker_core.aws import AwsSettings
 from broker_core.log.partition_log import PartitionLog
+from broker_core.metrics.broker import BrokerMetrics
+from broker_core.metrics.scrape import parse
 from broker_core.server.config import BrokerConfig
 from tests.tiered_storage.conftest import LeaderPartition, fill, small_segments_config
 from tiered_storage.manifest import ManifestStore, SegmentState
@@ -39,6 +41,7 @@ class StandInBroker:
     config: BrokerConfig
     image: Image = field(default_factory=Image)
     replicas: Replicas = field(default_factory=Replicas)
+    metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
 
 
 def stand_in_broker(settings: AwsSettings, tmp_path: Path) -> StandInBroker:
@@ -150,3 +153,30 @@ def test_a_follower_deletes_locally_only_what_the_leader_tiered(
 
     assert follower.log.log_start_offset == second.next_offset
     assert len(manifest.list_segments(follower.topic_id, 0, list(SegmentState))) == 2
+
+
+def test_tiering_lag_falls_to_zero_once_a_round_copied_the_sealed_segments_and_s3_calls_are_timed(
+    aws_settings: AwsSettings, bucket: str, tmp_path: Path
+) -> None:
+    broker = stand_in_broker(aws_settings, tmp_path)
+    tiered = host(broker, tmp_path, "tiered", {"remote.storage.enable": "true"}, leader=True)
+    sealed = tiered.log.segments[:-1]
+    sealed_bytes = sum(segment.size for segment in sealed)
+
+    async def run() -> tuple[list, list]:
+        service = TieringService(broker)  # type: ignore[arg-type]
+        before = service.lag_bytes()
+        await service.start()
+        try:
+            await service.visit_and_wait()
+        finally:
+            await service.stop()
+        return before, service.lag_bytes()
+
+    before, after = asyncio.run(run())
+    assert before == [(("tiered", 0), sealed_bytes)]
+    assert after == [(("tiered", 0), 0)]
+    scraped = parse("test", broker.metrics.exposition().decode())
+    assert scraped.value("floe_tiering_lag_bytes", topic="tiered", partition="0") == 0
+    assert scraped.total("floe_s3_request_seconds_count") >= len(sealed)  # a segment and its indexes each
+    assert scraped.total("floe_s3_errors_total") == 0

@@ -1,0 +1,260 @@
+"""What the broker's metrics cost: produce throughput with metrics on / off, in one run.
+
+Two one-broker local stacks run side by side: one with metrics on (``metrics.port=0``: every
+request timed into Kafka's RequestMetrics histograms, records and bytes counted per topic, lag
+sampled, an endpoint served) and one with metrics off (``metrics.port=-1``: the null metrics, nothing
+kept, no endpoint). The two sides produce at the same time, each from a confluent-kafka (librdkafka)
+producer in a process of its own, starting together: on a shared, loaded machine both then meet the
+same neighbours, where one side after the other met whatever load came at its turn (ratios of
+0.71..1.02 in trials that way). While they run a scraper process GETs and parses the "on" broker's
+endpoint every ``--scrape-interval`` seconds (default 15, Prometheus's usual setting; a scrape costs
+the broker about 24 ms of CPU for 2,000 lines, so at 1 s it is a large share of a slow broker's work).
+
+Two workloads, because the metrics cost is per request and per partition append, not per byte:
+
+- **batched**: ``--records`` values of 1000 bytes, acks=1, linger.ms=5 (large requests);
+- **small requests**: ``--small-records`` values of 100 bytes, acks=1, linger.ms=0 and at most
+  10 records per batch (many small requests: the worst case for per-request costs);
+- **fixed requests**: ``--fixed-requests`` identical Produce requests of one 10-record batch (100-byte
+  values), acks=1, 16 in flight on one Floe client connection. A librdkafka producer's requests
+  grow when it falls behind, so its broker CPU per record moves with the client's speed; these do
+  not, so their broker CPU per request is the cleanest figure of what the metrics cost.
+
+Throughput on a shared machine swings with the neighbours' load, so each run also records each
+broker process's CPU time (user + system) per record, which the load moves much less. Ratios are
+on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_overhead.json. The
+``records_per_s`` and ``broker_cpu_us_per_record`` fields of fixed_requests count requests (``unit``).
+
+    .venv/bin/python bench/metrics_overhead.py [--runs 5] [--records 200000] [--small-records 50000]
+        [--scrape-interval 15] [--output metrics_overhead.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import multiprocessing
+import multiprocessing.sharedctypes
+import multiprocessing.synchronize
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import psutil  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
+from broker_core.client import BrokerConnection  # noqa: E402
+from broker_core.local_stack import LocalStack  # noqa: E402
+from broker_core.metrics.scrape import ScrapeError, scrape  # noqa: E402
+from broker_core.protocol.api_keys import ApiKey  # noqa: E402
+from broker_core.records import SimpleRecord, build_batch  # noqa: E402
+
+WORKLOADS = {
+    "batched": {"value_bytes": 1000, "settings": {"acks": "1", "linger.ms": "5", "batch.size": "1000000",
+                                                  "batch.num.messages": "100000"}},
+    "small_requests": {"value_bytes": 100, "settings": {"acks": "1", "linger.ms": "0", "batch.num.messages": "10"}},
+    "fixed_requests": {"value_bytes": 100, "records_per_request": 10},
+}
+IN_FLIGHT = 16
+COMMON = {"queue.buffering.max.kbytes": "65536", "message.timeout.ms": "300000"}
+SIDES = ("on", "off")
+
+
+def broker_cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def _scrape_every(interval_s: float, url: str, stop: multiprocessing.synchronize.Event,
+                  count: multiprocessing.sharedctypes.Synchronized) -> None:
+    while not stop.wait(interval_s):
+        try:
+            scrape(url)
+            with count.get_lock():
+                count.value += 1
+        except ScrapeError as exc:
+            print(f"scrape failed: {exc}", file=sys.stderr)
+
+
+class Scraper:
+    """GETs and parses a metrics URL every ``interval_s`` while a run is measured, as Prometheus would: in
+    a process of its own, so that parsing does not hold the producing process's GIL."""
+
+    def __init__(self, url: str, interval_s: float) -> None:
+        self._stop = multiprocessing.Event()
+        self._count = multiprocessing.Value("i", 0)
+        self._process = multiprocessing.Process(target=_scrape_every, args=(interval_s, url, self._stop, self._count),
+                                                daemon=True)
+
+    @property
+    def scrapes(self) -> int:
+        return self._count.value
+
+    def __enter__(self) -> Scraper:
+        self._process.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._process.join()
+
+
+def produce(bootstrap_servers: str, broker_pid: int, topic: str, records: int, workload: dict[str, Any],
+            start: multiprocessing.synchronize.Barrier) -> tuple[float, float]:
+    """(records per second, broker CPU microseconds per record), producing once ``start`` lets every side go."""
+    config = {"bootstrap.servers": bootstrap_servers}
+    admin = AdminClient(config)  # kept: the future fails if the client is collected before it completes
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+    producer = Producer({**config, **COMMON, **workload["settings"]})
+    value = b"v" * workload["value_bytes"]
+    start.wait(120)
+    cpu = broker_cpu_s(broker_pid)
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.001)
+    if producer.flush(300) != 0:
+        raise RuntimeError("the producer did not deliver every record")
+    return records / (time.perf_counter() - started), (broker_cpu_s(broker_pid) - cpu) / records * 1e6
+
+
+def produce_fixed(bootstrap_servers: str, broker_pid: int, topic: str, requests: int, workload: dict[str, Any],
+                  start: multiprocessing.synchronize.Barrier) -> tuple[float, float]:
+    """(requests per second, broker CPU microseconds per request): the same Produce request (one batch of
+    ``records_per_request`` records) ``requests`` times, acks=1, IN_FLIGHT at a time on one connection, so
+    every request costs the broker the same whatever the client's speed."""
+    config = {"bootstrap.servers": bootstrap_servers}
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+    batch = build_batch([SimpleRecord(value=b"v" * workload["value_bytes"])
+                         for _ in range(workload["records_per_request"])])
+    host, port = bootstrap_servers.split(",")[0].rsplit(":", 1)
+
+    async def run() -> tuple[float, float]:
+        connection = BrokerConnection(host, int(port), request_timeout_s=120)
+        await connection.connect()
+        request = {"transactional_id": None, "acks": 1, "timeout": datetime.timedelta(seconds=60),
+                   "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+        await connection.send(ApiKey.PRODUCE, request)  # the topic's leader is known
+        await asyncio.to_thread(start.wait, 120)
+        cpu = broker_cpu_s(broker_pid)
+        started = time.perf_counter()
+        for first in range(0, requests, IN_FLIGHT):
+            answers = await asyncio.gather(*(connection.send(ApiKey.PRODUCE, request)
+                                             for _ in range(min(IN_FLIGHT, requests - first))))
+            if any(a.responses[0].partition_responses[0].error_code for a in answers):
+                raise RuntimeError("a produce request failed")
+        elapsed = time.perf_counter() - started
+        used = broker_cpu_s(broker_pid) - cpu
+        await connection.close()
+        return requests / elapsed, used / requests * 1e6
+
+    return asyncio.run(run())
+
+
+def _producer_process(side: str, answers: multiprocessing.Queue, *args: Any) -> None:
+    workload = args[4]
+    answers.put((side, (produce_fixed if workload.get("records_per_request") else produce)(*args)))
+
+
+def scrape_cost(stack: LocalStack, scrapes: int = 20) -> dict[str, float]:
+    """The "on" broker's CPU per scrape (collecting on its loop, writing the text in a thread) and the
+    size of its answer, scraped ``scrapes`` times back to back once the runs are over."""
+    pid = stack.processes[1].pid
+    url = stack.metrics_url(stack.processes[1])
+    lines = len(scrape(url).samples)
+    cpu = broker_cpu_s(pid)
+    for _ in range(scrapes):
+        scrape(url)
+    return {"broker_cpu_ms_per_scrape": (broker_cpu_s(pid) - cpu) / scrapes * 1000, "samples": lines}
+
+
+def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float) -> dict[str, Any]:
+    """Both sides at once, each from a producer process of its own, so that both meet the same load."""
+    result: dict[str, Any] = {}
+    for name, workload in WORKLOADS.items():
+        start = multiprocessing.Barrier(len(SIDES))
+        answers: multiprocessing.Queue = multiprocessing.Queue()
+        producers = [multiprocessing.Process(target=_producer_process, args=(
+            side, answers, stacks[side].bootstrap_servers, stacks[side].processes[1].pid, f"{name}-{number}",
+            counts[name], workload, start)) for side in SIDES]
+        with Scraper(stacks["on"].metrics_url(stacks["on"].processes[1]), scrape_s) as scraper:
+            for process in producers:
+                process.start()
+            measured = dict(answers.get(timeout=900) for _ in SIDES)
+            for process in producers:
+                process.join()
+        rates = {side: measured[side][0] for side in SIDES}
+        cpu = {side: measured[side][1] for side in SIDES}
+        result[f"{name}_scrapes"] = scraper.scrapes
+        unit = "request" if workload.get("records_per_request") else "record"
+        result[name] = {"unit": unit, "records_per_s": rates, "ratio": rates["on"] / rates["off"],
+                        "broker_cpu_us_per_record": cpu, "cpu_ratio": cpu["off"] / cpu["on"]}
+        print(f"run {number} {name}: on/off {result[name]['ratio']:.3f} ({rates['on']:,.0f} / {rates['off']:,.0f} "
+              f"{unit}s/s), broker CPU us/{unit} on {cpu['on']:.1f} off {cpu['off']:.1f}", flush=True)
+    result["load_average"] = os.getloadavg()
+    result["cpu_pressure_avg10"] = cpu_pressure()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--small-records", type=int, default=50_000)
+    parser.add_argument("--fixed-requests", type=int, default=5_000)
+    parser.add_argument("--scrape-interval", type=float, default=15.0,
+                        help="seconds between scrapes of the 'on' broker (Prometheus's usual 15 s)")
+    parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
+    args = parser.parse_args()
+    counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests}
+    with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
+        stacks = {side: LocalStack(directory=Path(directory) / side, brokers=1,
+                                   overrides={"metrics.port": "0" if side == "on" else "-1"}) for side in SIDES}
+        try:
+            for stack in stacks.values():
+                stack.start()
+            if stacks["off"].processes[1].metrics_port is not None:
+                raise RuntimeError("the 'off' broker serves metrics")
+            runs = [one_run(number, stacks, counts, args.scrape_interval) for number in range(args.runs)]
+            scraping = scrape_cost(stacks["on"])
+        finally:
+            for stack in stacks.values():
+                stack.stop(save_state=False)
+
+    result = {
+        **result_header("metrics_overhead"),
+        "records": counts, "runs_count": args.runs, "scrape_interval_s": args.scrape_interval,
+        "median": {
+            **{f"{name}_ratio_on_over_off": statistics.median(run[name]["ratio"] for run in runs) for name in WORKLOADS},
+            **{f"{name}_records_per_s_{side}": statistics.median(run[name]["records_per_s"][side] for run in runs)
+               for name in WORKLOADS for side in SIDES},
+            **{f"{name}_broker_cpu_us_per_record_{side}": statistics.median(
+                run[name]["broker_cpu_us_per_record"][side] for run in runs) for name in WORKLOADS for side in SIDES},
+            **{f"{name}_cpu_ratio_off_over_on": statistics.median(run[name]["cpu_ratio"] for run in runs)
+               for name in WORKLOADS},
+        },
+        "scrape_cost": scraping,
+        "goals": {"ratio_on_over_off": 0.97},
+        "runs": runs,
+    }
+    write_result(REPO_ROOT / "bench" / "results" / args.output, result)
+    print(result["median"])
+
+
+if __name__ == "__main__":
+    main()
