@@ -464,8 +464,20 @@ class RequestHandlers:
         session_id, chosen = context.select(self.fetch_sessions, answers, time.monotonic() * 1000)
         return respond(request, {
             "throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "session_id": session_id,
-            "responses": _by_topic(chosen),
+            "responses": _by_topic(chosen), "node_endpoints": self._leader_endpoints(request, chosen),
         })
+
+    def _leader_endpoints(self, request: Request, answers: list[tuple[CachedPartition, dict[str, Any]]]) -> list:
+        """KIP-951: the endpoints (on the request's listener) of the leaders named in ``current_leader``."""
+        leaders = {answer["current_leader"]["leader_id"] for _, answer in answers if "current_leader" in answer}
+        brokers = self.context.image.brokers
+        endpoints = []
+        for broker_id in sorted(leaders):
+            broker = brokers.get(broker_id)
+            if broker is not None:
+                host, port = broker.endpoint(request.listener_name)
+                endpoints.append({"node_id": broker_id, "host": host, "port": port, "rack": broker.rack})
+        return endpoints
 
     async def _read_fetch(self, request: Request, replica_id: int, asked: list[CachedPartition],
                           max_bytes: int) -> tuple[list[tuple[CachedPartition, dict[str, Any]]], int, list, bool]:
@@ -519,6 +531,12 @@ class RequestHandlers:
             elif p.current_leader_epoch > partition.leader_epoch:
                 response["error_code"] = ErrorCode.unknown_leader_epoch
             if response["error_code"] != ErrorCode.none:
+                if response["error_code"] in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch):
+                    state = image.partitions.get((name, p.partition))
+                    if state is not None and state.leader >= 0:
+                        # KIP-951 (Fetch v16): where the partition is led now, so the client need not
+                        # wait for a metadata refresh; the endpoints go in the response's node_endpoints.
+                        response["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
                 respond_now = True
                 continue
             read_committed = replica_id < 0 and body.isolation_level == READ_COMMITTED
