@@ -9,17 +9,25 @@ leaders. Its own multi-broker stack, so it runs with `make faults`.
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
+from broker_core.client import BrokerConnection
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
+from broker_core.protocol.api_keys import ApiKey
+from broker_core.protocol.messages import build_entity, request_class
 from broker_core.server.replica_selector import RACK_AWARE_SELECTOR
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
@@ -107,3 +115,39 @@ def test_a_consumer_without_a_rack_reads_from_the_leaders(stack: LocalStack, pro
     values, fetched_from = consume_all(stack, None, PARTITIONS * RECORDS_PER_PARTITION)
     assert values == produced
     assert fetched_from == leaders
+
+
+def test_a_broker_that_does_not_host_a_partition_names_its_leader_in_fetch_v16(stack: LocalStack) -> None:
+    """KIP-951: NOT_LEADER_OR_FOLLOWER comes with the current leader and its endpoint."""
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    admin.create_topics([NewTopic("single-replica", num_partitions=1, replication_factor=1)])[
+        "single-replica"].result(TIMEOUT_S)
+    store = MetadataStore(stack.aws)
+    (state,) = wait_until(lambda: [s for s in store.get_partitions("single-replica") if s.leader >= 0],
+                          "a leader", TIMEOUT_S)
+    topic_id = uuid.UUID(store.get_topic("single-replica").topic_id)
+    elsewhere = next(b for b in RACKS if b != state.leader)
+    request = build_entity(request_class(ApiKey.FETCH, 16), {
+        "max_wait": datetime.timedelta(0), "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+        "topics": [{"topic_id": topic_id, "partitions": [
+            {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+             "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+    })
+
+    async def ask() -> Any:
+        connection = BrokerConnection(stack.host, stack.processes[elsewhere].port)
+        await connection.connect()
+        try:
+            # The broker may not have read the new topic yet: asked by an id it does not know, it catches up.
+            return await connection.send(ApiKey.FETCH, request)
+        finally:
+            await connection.close()
+
+    response = asyncio.run(ask())
+    (partition,) = response.responses[0].partitions
+    assert partition.error_code == ErrorCode.not_leader_or_follower
+    assert (partition.current_leader.leader_id, partition.current_leader.leader_epoch) == (
+        state.leader, state.leader_epoch)
+    assert [(n.node_id, n.port, n.rack) for n in response.node_endpoints] == [
+        (state.leader, stack.processes[state.leader].port, RACKS[state.leader])]
