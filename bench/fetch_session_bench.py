@@ -46,6 +46,7 @@ from confluent_kafka import Producer  # noqa: E402
 
 from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
+from broker_core.metadata.errors import MetadataError  # noqa: E402
 from broker_core.metadata.store import MetadataStore  # noqa: E402
 
 TOPIC = "fetch-sessions"
@@ -110,6 +111,15 @@ def measure(stack: LocalStack, window_s: float) -> dict[str, float]:
             "cpu_pressure_avg10": cpu_pressure(), "load_average_1m": os.getloadavg()[0]}
 
 
+def in_sync(store: MetadataStore, partitions: int) -> bool:
+    """Every partition has a leader and both replicas in its ISR (False while moto is too busy to say)."""
+    try:
+        states = store.get_partitions(TOPIC)
+    except MetadataError:
+        return False
+    return len(states) == partitions and all(p.leader >= 0 and len(p.isr) == BROKERS for p in states)
+
+
 def run_case(slots: str, partitions: int, window_s: float, rate: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="fetch-sessions-") as directory:
         stack = LocalStack(directory=Path(directory), brokers=BROKERS,
@@ -121,10 +131,10 @@ def run_case(slots: str, partitions: int, window_s: float, rate: int) -> dict[st
             store = MetadataStore(stack.aws)
             store.create_topic(TOPIC, partitions, BROKERS)
             deadline = time.monotonic() + 300
-            while not all(len(p.isr) == BROKERS for p in store.get_partitions(TOPIC)):
+            while not in_sync(store, partitions):
                 if time.monotonic() > deadline:
                     raise SystemExit("replicas did not get in sync within 300 s")
-                time.sleep(1)
+                time.sleep(3)
             time.sleep(5)  # past the first full fetches and the creation's metadata churn
             result = {"idle": measure(stack, window_s)}
             stop = threading.Event()

@@ -71,14 +71,19 @@ class FollowedPartition:
         self.stalled_until = asyncio.get_running_loop().time() + seconds
 
 
-def fetcher_index(topic: str, partition: int, fetchers: int) -> int:
-    """Which of a leader's ``fetchers`` fetchers follows a partition: Kafka's
-    ``Utils.abs(31 * topic.hashCode() + partition) % numFetchers``, in Java's 32-bit arithmetic."""
-    units = topic.encode("utf-16-be")
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()``: over UTF-16 code units, in signed 32-bit arithmetic."""
+    units = text.encode("utf-16-be")
     h = 0
     for i in range(0, len(units), 2):
         h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
-    return ((31 * h + partition) & 0x7FFFFFFF) % fetchers
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def fetcher_index(topic: str, partition: int, fetchers: int) -> int:
+    """Which of a leader's ``fetchers`` fetchers follows a partition: Kafka's
+    ``Utils.abs(31 * topic.hashCode() + partition) % numFetchers`` (``Utils.abs`` masks the sign bit)."""
+    return ((31 * java_string_hash(topic) + partition) & 0x7FFFFFFF) % fetchers
 
 
 class ReplicaFetcher:
