@@ -46,7 +46,7 @@ from confluent_kafka import Producer  # noqa: E402
 
 from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
-from broker_core.metadata.errors import MetadataError  # noqa: E402
+from broker_core.metadata.errors import MetadataError, TopicExistsError  # noqa: E402
 from broker_core.metadata.store import MetadataStore  # noqa: E402
 
 TOPIC = "fetch-sessions"
@@ -111,6 +111,20 @@ def measure(stack: LocalStack, window_s: float) -> dict[str, float]:
             "cpu_pressure_avg10": cpu_pressure(), "load_average_1m": os.getloadavg()[0]}
 
 
+def create_topic(store: MetadataStore, partitions: int) -> None:
+    """Create the topic, again while moto is too slow to answer (a failed try leaves no topic visible)."""
+    for attempt in range(5):
+        try:
+            store.create_topic(TOPIC, partitions, BROKERS)
+            return
+        except TopicExistsError:
+            return  # a try whose answer timed out went through
+        except MetadataError as exc:
+            print(f"create_topic try {attempt + 1}: {exc}", flush=True)
+            time.sleep(5)
+    raise SystemExit("the topic could not be created")
+
+
 def in_sync(store: MetadataStore, partitions: int) -> bool:
     """Every partition has a leader and both replicas in its ISR (False while moto is too busy to say)."""
     try:
@@ -129,7 +143,7 @@ def run_case(slots: str, partitions: int, window_s: float, rate: int) -> dict[st
             # Written straight to the metadata store: what is measured is fetching, not topic creation
             # (whose 1,000-partition CreateTopics can outlast a client's request timeout on a busy machine).
             store = MetadataStore(stack.aws)
-            store.create_topic(TOPIC, partitions, BROKERS)
+            create_topic(store, partitions)
             deadline = time.monotonic() + 300
             while not in_sync(store, partitions):
                 if time.monotonic() > deadline:

@@ -1,4 +1,4 @@
-"""Follower side of replication: `num.replica.fetchers` fetchers per leader broker pull the partitions followed there.
+"""Follower side of replication: `num.replica.fetchers` fetchers per leader broker pull what is followed there.
 
 Partitions are spread over a leader's fetchers as Kafka spreads them (Java's hash of the topic name,
 times 31, plus the partition index, modulo the fetcher count), so a partition stays with one
@@ -8,10 +8,11 @@ parsed by `protocol.replica_fetch`, the records appended straight from the respo
 buffer), in a KIP-227 fetch session: after the first (full) request, a request names only the
 partitions whose fetch position changed, the leader's answer only the partitions with news, so a
 fetcher of 1,000 quiet partitions does not send and parse 1,000 partitions per round trip. A
-request whose answer was lost (connection closed, long poll abandoned) makes the next one full. Before a partition's first fetch
-under a new leader epoch it asks the leader, with OffsetForLeaderEpoch, where this replica's latest
-epoch ends on the leader, and truncates any divergent tail (KIP-101/279). Fetched batches are
-appended as they are (offsets and epochs from the leader), the leader's high watermark is adopted up
+request whose answer was lost (connection closed, long poll abandoned) makes the next one full.
+
+Before a partition's first fetch under a new leader epoch it asks the leader, with
+OffsetForLeaderEpoch, where this replica's latest epoch ends on the leader, and truncates any
+divergent tail (KIP-101/279). Fetched batches are appended as they are (offsets and epochs from the leader), the leader's high watermark is adopted up
 to the local log end, and the leader's log start offset is followed.
 
 Leader changes are on the failover path, so a fetcher reacts to them without waiting for the regular
