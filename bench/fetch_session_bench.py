@@ -7,7 +7,9 @@ default num.replica.fetchers). The same stack is started twice per run, once wit
 (the leaders open no sessions, so every follower request names all its partitions and every answer
 all of them, which is what Floe did before sessions); the run order alternates between runs.
 
-Each stack is measured in two phases of ``--window`` seconds once every replica is in sync:
+Each stack is measured in two phases of ``--window`` seconds once both brokers' fetchers run (and
+a 20 s warm-up); replica.lag.time.max.ms is raised to 10 minutes so that no ISR changes on a busy
+machine:
 ``idle`` (nothing produced; followers long-poll with replica.fetch.wait.max.ms=500, Kafka's
 default) and ``trickle`` (one producer writes ``--rate`` 100-byte records per second, acks=1, to the
 partitions in turn, so a few partitions change per round trip). Measured per phase:
@@ -52,6 +54,7 @@ from broker_core.metadata.store import MetadataStore  # noqa: E402
 TOPIC = "fetch-sessions"
 BROKERS = 2
 CASES = {"sessions": "1000", "full": "0"}
+WARM_UP_S = 20
 RESULT = REPO_ROOT / "bench" / "results" / "fetch_session_bench.json"
 _COUNTER = re.compile(r"\b(bytes_sent|bytes_received):(\d+)")
 
@@ -126,7 +129,8 @@ def create_topic(store: MetadataStore, partitions: int) -> None:
 
 
 def in_sync(store: MetadataStore, partitions: int) -> bool:
-    """Every partition has a leader and both replicas in its ISR (False while moto is too busy to say)."""
+    """Every partition has a leader and both replicas in its ISR (False while moto is too busy to say).
+    Recorded, not waited for: the ISR starts full and cannot shrink within replica.lag.time.max.ms."""
     try:
         states = store.get_partitions(TOPIC)
     except MetadataError:
@@ -136,8 +140,11 @@ def in_sync(store: MetadataStore, partitions: int) -> bool:
 
 def run_case(slots: str, partitions: int, window_s: float, rate: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="fetch-sessions-") as directory:
+        # replica.lag.time.max.ms is raised so that a follower slowed down by a busy shared machine does
+        # not leave the ISR (and make the brokers write ISR changes) while fetch costs are measured.
         stack = LocalStack(directory=Path(directory), brokers=BROKERS,
-                           overrides={"max.incremental.fetch.session.cache.slots": slots})
+                           overrides={"max.incremental.fetch.session.cache.slots": slots,
+                                      "replica.lag.time.max.ms": "600000"})
         stack.start()
         try:
             # Written straight to the metadata store: what is measured is fetching, not topic creation
@@ -145,12 +152,15 @@ def run_case(slots: str, partitions: int, window_s: float, rate: int) -> dict[st
             store = MetadataStore(stack.aws)
             create_topic(store, partitions)
             deadline = time.monotonic() + 300
-            while not in_sync(store, partitions):
+            print(f"  topic created; in sync: {in_sync(store, partitions)}", flush=True)
+            # Both brokers follow the other's leaders once each has a fetcher connection to the other;
+            # then past the first (full) fetches and the creation's metadata churn.
+            while len(follower_sockets(stack)) < BROKERS:
                 if time.monotonic() > deadline:
-                    raise SystemExit("replicas did not get in sync within 300 s")
-                time.sleep(3)
-            time.sleep(5)  # past the first full fetches and the creation's metadata churn
-            result = {"idle": measure(stack, window_s)}
+                    raise SystemExit("replica fetchers did not connect within 300 s")
+                time.sleep(1)
+            time.sleep(WARM_UP_S)
+            result = {"in_sync_before": in_sync(store, partitions), "idle": measure(stack, window_s)}
             stop = threading.Event()
             producer_thread = threading.Thread(target=_trickle, args=(stack, partitions, rate, stop), daemon=True)
             producer_thread.start()
@@ -160,6 +170,7 @@ def run_case(slots: str, partitions: int, window_s: float, rate: int) -> dict[st
             finally:
                 stop.set()
                 producer_thread.join(30)
+            result["in_sync_after"] = in_sync(store, partitions)
             return result
         finally:
             stack.stop(save_state=False)
@@ -196,7 +207,13 @@ def main() -> None:
         for case in order:
             print(f"run {run + 1}/{args.runs}: {case} ...", flush=True)
             outcome[case] = run_case(CASES[case], args.partitions, args.window, args.rate)
+            print(f"  {case}: {outcome[case]}", flush=True)
         runs.append(outcome)
+        report(args, runs)
+
+
+def report(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
+    """Write the result of the runs so far (after each run, so that an interrupted bench keeps them)."""
     summary: dict[str, Any] = {}
     for phase in ("idle", "trickle"):
         medians = {case: {metric: statistics.median(r[case][phase][metric] for r in runs)
@@ -211,7 +228,7 @@ def main() -> None:
         }
     result = {**result_header("fetch_session_bench"),
               "settings": {"partitions": args.partitions, "replication_factor": BROKERS, "window_s": args.window,
-                           "trickle_records_per_s": args.rate, "runs": args.runs},
+                           "trickle_records_per_s": args.rate, "runs": len(runs), "runs_asked": args.runs},
               "summary": summary, "runs": runs}
     write_result(RESULT, result)
     for phase, figures in summary.items():
