@@ -111,6 +111,8 @@ class LocalStack:
     directory: Path = DEFAULT_DIR
     brokers: int = 1
     overrides: dict[str, str] = field(default_factory=dict)
+    # Settings of one broker only, over ``overrides`` (broker.rack for a rack-aware stack).
+    broker_overrides: dict[int, dict[str, str]] = field(default_factory=dict)
     host: str = "127.0.0.1"
     region: str = "us-east-1"
     bucket: str = "floe-local"
@@ -309,7 +311,9 @@ class LocalStack:
             "--ready-file", str(ready),
         ]
         metrics = {"metrics.port": str(broker.metrics_port or 0), "floe.consumer.lag.sample.ms": "1000"}
-        for key, value in {**metrics, **self._security_overrides(broker_id, port), **self.overrides}.items():
+        settings = {**metrics, **self._security_overrides(broker_id, port), **self.overrides,
+                    **self.broker_overrides.get(broker_id, {})}
+        for key, value in settings.items():
             command += ["--set", f"{key}={value}"]
         log_file = open(broker.log_path, "ab")
         broker.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,

@@ -121,6 +121,19 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("replica.high.watermark.checkpoint.interval.ms", _INT, 5000, "How often high watermarks are checkpointed."),
     _broker("replica.fetch.max.bytes", _INT, 1024 * 1024, "Bytes a follower fetches per partition."),
     _broker("replica.fetch.response.max.bytes", _INT, 10 * 1024 * 1024, "Bytes a follower fetches per request."),
+    # Fetch at scale (docs/operations.md, "Fetch sessions, replica fetchers and rack-aware reads").
+    _broker("num.replica.fetchers", _INT, 1,
+            "Fetchers (each with its own connection and fetch session) a broker runs per leader broker it "
+            "follows; partitions are spread over them as Kafka spreads them."),
+    _broker("max.incremental.fetch.session.cache.slots", _INT, 1000,
+            "KIP-227: most incremental fetch sessions a broker keeps (followers' and consumers'); 0 turns them off."),
+    _broker("broker.rack", _STRING, "",
+            "The broker's rack (availability zone); --rack overrides it. Metadata names it, and KIP-392 "
+            "rack-aware reads compare it with the consumer's client.rack."),
+    _broker("replica.selector.class", _STRING, "",
+            "KIP-392: empty or org.apache.kafka.common.replica.LeaderSelector: consumers read from leaders; "
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector: a leader sends a consumer whose "
+            "client.rack names another replica's rack to that replica (preferred read replica)."),
     _broker("unclean.leader.election.enable", _BOOLEAN, "false", "Default of the topic setting of the same name."),
     _broker("controlled.shutdown.enable", _BOOLEAN, "true", "Hand leadership over before a broker stops."),
     _broker("auto.leader.rebalance.enable", _BOOLEAN, "true",

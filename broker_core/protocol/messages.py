@@ -35,7 +35,7 @@ NO_THROTTLE = datetime.timedelta(0)
 # oldest kio generates); the highest are where the behaviour behind every field is implemented.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
-    ApiKey.FETCH: (4, 12),  # v13+ addresses topics by id only
+    ApiKey.FETCH: (4, 18),  # v13+ addresses topics by id
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),

@@ -6,7 +6,8 @@ partition's records on the way in) cost the followers a visible share of their C
 writes the request straight to bytes and reads the response in place: each partition's records come
 back as a memoryview into the response frame, handed to the log's append without being copied.
 
-Only what a follower sends is encoded (Fetch v12, request header v2). The parser reads any Fetch v12
+Only what a follower sends is encoded (Fetch v12, request header v2, with or without a KIP-227 fetch
+session: `broker_core.protocol.fetch_session`). The parser reads any Fetch v12
 response and skips what a follower does not use (aborted transactions, tagged fields such as the
 diverging epoch), checking every length against the frame; a response it cannot read raises
 ReplicaFetchFormatError. Tests hold both sides to kio's encoding and decoding.
@@ -56,15 +57,16 @@ class FetchedPartition:
 
 
 def encode_replica_fetch(correlation_id: int, client_id: str, *, replica_id: int, max_wait_ms: int, min_bytes: int,
-                         max_bytes: int, topics: dict[str, list[FetchPosition]]) -> bytes:
-    """A whole Fetch v12 request frame (size prefix included), as a follower sends it: no fetch session,
-    no forgotten topics, no rack, read-uncommitted, last fetched epoch unknown (-1)."""
+                         max_bytes: int, topics: dict[str, list[FetchPosition]], session_id: int = 0,
+                         session_epoch: int = -1, forgotten: dict[str, list[int]] | None = None) -> bytes:
+    """A whole Fetch v12 request frame (size prefix included), as a follower sends it: in the fetch
+    session given (KIP-227; by default none), no rack, read-uncommitted, last fetched epoch unknown (-1)."""
     client = client_id.encode()
     out = bytearray(_INT32.size)  # the size prefix, filled in last
     out += _REQUEST_HEADER.pack(ApiKey.FETCH, FETCH_VERSION, correlation_id, len(client))
     out += client
     out += b"\x00"  # header tagged fields
-    out += _REQUEST_FIXED.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1)
+    out += _REQUEST_FIXED.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch)
     write_unsigned_varint(out, len(topics) + 1)
     for name, positions in topics.items():
         encoded = name.encode()
@@ -76,7 +78,17 @@ def encode_replica_fetch(correlation_id: int, client_id: str, *, replica_id: int
                                    p.partition_max_bytes)
             out += b"\x00"  # partition tagged fields
         out += b"\x00"  # topic tagged fields
-    out += b"\x01\x01\x00"  # forgotten topics: empty; rack id: ""; request tagged fields
+    forgotten = forgotten or {}
+    write_unsigned_varint(out, len(forgotten) + 1)
+    for name, indexes in forgotten.items():
+        encoded = name.encode()
+        write_unsigned_varint(out, len(encoded) + 1)
+        out += encoded
+        write_unsigned_varint(out, len(indexes) + 1)
+        for index in indexes:
+            out += _INT32.pack(index)
+        out += b"\x00"  # forgotten topic tagged fields
+    out += b"\x01\x00"  # rack id: ""; request tagged fields
     _INT32.pack_into(out, 0, len(out) - _INT32.size)
     return bytes(out)
 
@@ -121,14 +133,24 @@ class _Reader:
             raise ReplicaFetchFormatError(f"topic name is not UTF-8: {exc}") from None
 
 
-def parse_fetch_response(frame: bytes | memoryview) -> tuple[int, int, list[FetchedPartition]]:
-    """(correlation id, top-level error code, partitions) of a Fetch v12 response frame (size prefix
-    excluded). Each partition's records are a memoryview into ``frame``."""
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    """A parsed Fetch v12 response: its top-level fields and the partitions it names."""
+
+    correlation_id: int
+    error_code: int
+    session_id: int
+    partitions: list[FetchedPartition]
+
+
+def parse_fetch_response(frame: bytes | memoryview) -> FetchAnswer:
+    """A Fetch v12 response frame (size prefix excluded), parsed. Each partition's records are a
+    memoryview into ``frame``."""
     view = memoryview(frame)
     reader = _Reader(view, 0)
     correlation_id = _INT32.unpack_from(view, reader.need(4))[0]
     reader.skip_tagged_fields()  # response header v1
-    _, error_code, _ = reader.unpack(_RESPONSE_FIXED)
+    _, error_code, session_id = reader.unpack(_RESPONSE_FIXED)
     partitions: list[FetchedPartition] = []
     for _ in range(reader.uvarint() - 1):
         topic = reader.compact_string()
@@ -148,4 +170,4 @@ def parse_fetch_response(frame: bytes | memoryview) -> tuple[int, int, list[Fetc
             partitions.append(FetchedPartition(topic, index, code, high_watermark, log_start, records))
         reader.skip_tagged_fields()
     reader.skip_tagged_fields()
-    return correlation_id, error_code, partitions
+    return FetchAnswer(correlation_id, error_code, session_id, partitions)

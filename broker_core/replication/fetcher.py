@@ -1,11 +1,18 @@
-"""Follower side of replication: one fetcher per leader broker pulls every partition followed there.
+"""Follower side of replication: `num.replica.fetchers` fetchers per leader broker pull what is followed there.
 
-A fetcher holds one connection to its leader and sends Fetch requests with this broker's replica id
-for all its partitions at once (Fetch v12, encoded and parsed by `protocol.replica_fetch`, the
-records appended straight from the response's receive buffer). Before a partition's first fetch
-under a new leader epoch it asks the leader, with OffsetForLeaderEpoch, where this replica's latest
-epoch ends on the leader, and truncates any divergent tail (KIP-101/279). Fetched batches are
-appended as they are (offsets and epochs from the leader), the leader's high watermark is adopted up
+Partitions are spread over a leader's fetchers as Kafka spreads them (Java's hash of the topic name,
+times 31, plus the partition index, modulo the fetcher count), so a partition stays with one
+fetcher while the count is unchanged. A fetcher holds one connection to its leader and sends Fetch
+requests with this broker's replica id for all its partitions at once (Fetch v12, encoded and
+parsed by `protocol.replica_fetch`, the records appended straight from the response's receive
+buffer), in a KIP-227 fetch session: after the first (full) request, a request names only the
+partitions whose fetch position changed, the leader's answer only the partitions with news, so a
+fetcher of 1,000 quiet partitions does not send and parse 1,000 partitions per round trip. A
+request whose answer was lost (connection closed, long poll abandoned) makes the next one full.
+
+Before a partition's first fetch under a new leader epoch it asks the leader, with
+OffsetForLeaderEpoch, where this replica's latest epoch ends on the leader, and truncates any
+divergent tail (KIP-101/279). Fetched batches are appended as they are (offsets and epochs from the leader), the leader's high watermark is adopted up
 to the local log end, and the leader's log start offset is followed.
 
 Leader changes are on the failover path, so a fetcher reacts to them without waiting for the regular
@@ -29,6 +36,7 @@ from kio.schema.errors import ErrorCode
 from broker_core.client import BrokerConnection, ClientError
 from broker_core.log.errors import LogError
 from broker_core.protocol.api_keys import ApiKey
+from broker_core.protocol.fetch_session import FetchSessionHandler
 from broker_core.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, build_entity, request_class
 from broker_core.protocol.replica_fetch import (
     FETCH_VERSION,
@@ -64,17 +72,35 @@ class FollowedPartition:
         self.stalled_until = asyncio.get_running_loop().time() + seconds
 
 
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()``: over UTF-16 code units, in signed 32-bit arithmetic."""
+    units = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def fetcher_index(topic: str, partition: int, fetchers: int) -> int:
+    """Which of a leader's ``fetchers`` fetchers follows a partition: Kafka's
+    ``Utils.abs(31 * topic.hashCode() + partition) % numFetchers`` (``Utils.abs`` masks the sign bit)."""
+    return ((31 * java_string_hash(topic) + partition) & 0x7FFFFFFF) % fetchers
+
+
 class ReplicaFetcher:
-    """Pulls every partition this broker follows on one leader, over one connection (see the module doc).
+    """Pulls its share of the partitions this broker follows on one leader, over one connection and
+    one fetch session (see the module doc).
 
     Runs as one task on the broker's event loop; `follow`, `unfollow` and `stop` are called by
     `ReplicaFetcherManager` on the same loop.
     """
 
-    def __init__(self, context: BrokerContext, leader_id: int) -> None:
+    def __init__(self, context: BrokerContext, leader_id: int, fetcher_id: int = 0) -> None:
         self.context = context
         self.leader_id = leader_id
+        self.fetcher_id = fetcher_id
         self.partitions: dict[tuple[str, int], FollowedPartition] = {}
+        self.session: FetchSessionHandler[tuple[str, int], FetchPosition] = FetchSessionHandler()
         self._connection: BrokerConnection | None = None
         self._task: asyncio.Task | None = None
         self._wakeup = asyncio.Event()
@@ -96,7 +122,7 @@ class ReplicaFetcher:
             current.stalled_until = 0.0
         self._wakeup.set()
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
+            self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader_id}-{self.fetcher_id}")
 
     def unfollow(self, key: tuple[str, int]) -> None:
         self.partitions.pop(key, None)
@@ -111,6 +137,8 @@ class ReplicaFetcher:
         await self._close_connection()
 
     async def _close_connection(self) -> None:
+        # An answer lost with the connection may have moved the session on: start it over.
+        self.session.reset()
         if self._connection is not None:
             await self._connection.close()
             self._connection = None
@@ -236,17 +264,24 @@ class ReplicaFetcher:
         if due:
             wait_ms = min(wait_ms, int(min(due) * 1000))
         max_bytes = config.get_int("replica.fetch.max.bytes")
-        positions: dict[str, list[FetchPosition]] = {}
-        for f in followed:
-            positions.setdefault(f.partition.topic, []).append(FetchPosition(
-                f.partition.index, f.leader_epoch, f.partition.log_end_offset, f.partition.log_start_offset, max_bytes))
-        if connection.version_for(ApiKey.FETCH) != FETCH_VERSION:
+        wanted = {(f.partition.topic, f.partition.index): FetchPosition(
+            f.partition.index, f.leader_epoch, f.partition.log_end_offset, f.partition.log_start_offset, max_bytes)
+            for f in followed}
+        if connection.version_for(ApiKey.FETCH) < FETCH_VERSION:
             raise ClientError(f"leader {self.leader_id} does not serve Fetch v{FETCH_VERSION}")
+        session = self.session.build(wanted)
+        positions: dict[str, list[FetchPosition]] = {}
+        for (topic, _), position in session.to_send.items():
+            positions.setdefault(topic, []).append(position)
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in session.to_forget:
+            forgotten.setdefault(topic, []).append(index)
         request = asyncio.ensure_future(connection.send_raw(
             ApiKey.FETCH, FETCH_VERSION,
             lambda correlation_id: encode_replica_fetch(
                 correlation_id, connection.client_id, replica_id=config.broker_id, max_wait_ms=wait_ms, min_bytes=1,
-                max_bytes=config.get_int("replica.fetch.response.max.bytes"), topics=positions),
+                max_bytes=config.get_int("replica.fetch.response.max.bytes"), topics=positions,
+                session_id=session.session_id, session_epoch=session.epoch, forgotten=forgotten),
             timeout_s=config.get_int("request.timeout.ms") / 1000 + config.get_int("replica.fetch.wait.max.ms") / 1000))
         changed = asyncio.ensure_future(self._membership_changed.wait())
         try:
@@ -264,11 +299,16 @@ class ReplicaFetcher:
             return
         try:
             # Parsed at once: the records are views into the connection's receive buffer.
-            _, _, answers = parse_fetch_response(request.result())
+            response = parse_fetch_response(request.result())
         except ReplicaFetchFormatError as exc:
             raise ClientError(f"unreadable Fetch response from leader {self.leader_id}: {exc}") from exc
+        if not self.session.handle_response(response.error_code, response.session_id):
+            # The session is gone (the leader restarted or evicted it): the next fetch is full.
+            log.info("fetcher %d for leader %d: fetch session %d answered %s; starting a new one", self.fetcher_id,
+                     self.leader_id, session.session_id, ErrorCode(response.error_code).name)
+            return
         refused = False
-        for answer in answers:
+        for answer in response.partitions:
             f = self.partitions.get((answer.topic, answer.partition))
             if f is None:
                 continue
@@ -329,32 +369,35 @@ class ReplicaFetcher:
 
 
 class ReplicaFetcherManager:
-    """Keeps one fetcher per leader broker, each following exactly the partitions led there."""
+    """Keeps `num.replica.fetchers` fetchers per leader broker (those with partitions to follow), each
+    following exactly its share of the partitions led there (`fetcher_index`)."""
 
     def __init__(self, context: BrokerContext) -> None:
         self.context = context
-        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}  # by (leader id, fetcher id)
+        self._count = context.config.get_int("num.replica.fetchers")
         self._stopped = False
 
     async def update(self) -> None:
         if self._stopped:
             return  # the broker is stopping; a metadata refresh must not start fetchers again
-        wanted: dict[int, list[Partition]] = {}
+        wanted: dict[tuple[int, int], list[Partition]] = {}
         for partition in self.context.replicas.partitions.values():
             if not partition.is_leader and partition.leader_id >= 0:
-                wanted.setdefault(partition.leader_id, []).append(partition)
-        for leader_id, fetcher in list(self.fetchers.items()):
-            keep = {(p.topic, p.index) for p in wanted.get(leader_id, [])}
-            for key in list(fetcher.partitions):
-                if key not in keep:
-                    fetcher.unfollow(key)
+                key = (partition.leader_id, fetcher_index(partition.topic, partition.index, self._count))
+                wanted.setdefault(key, []).append(partition)
+        for key, fetcher in list(self.fetchers.items()):
+            keep = {(p.topic, p.index) for p in wanted.get(key, [])}
+            for followed in list(fetcher.partitions):
+                if followed not in keep:
+                    fetcher.unfollow(followed)
             if not fetcher.partitions:
                 await fetcher.stop()
-                del self.fetchers[leader_id]
-        for leader_id, partitions in wanted.items():
-            fetcher = self.fetchers.get(leader_id)
+                del self.fetchers[key]
+        for key, partitions in wanted.items():
+            fetcher = self.fetchers.get(key)
             if fetcher is None:
-                fetcher = self.fetchers[leader_id] = ReplicaFetcher(self.context, leader_id)
+                fetcher = self.fetchers[key] = ReplicaFetcher(self.context, *key)
             for partition in partitions:
                 fetcher.follow(partition)
 

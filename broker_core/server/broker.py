@@ -259,7 +259,7 @@ class Broker:
         brokers connect to), every listener's endpoint by name (what clients are told), and the
         principal this broker authenticates as to its peers (what trusted replication checks)."""
         host, port = self.endpoints[self.config.listeners.inter_broker]
-        return self.store.register_broker(self.config.broker_id, host, port, self.config.rack, self.endpoints,
+        return self.store.register_broker(self.config.broker_id, host, port, self.config.broker_rack, self.endpoints,
                                           principal=self.config.inter_broker_principal)
 
     def advertised_endpoint(self, listener_name: str) -> tuple[str, int]:

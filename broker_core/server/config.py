@@ -22,6 +22,7 @@ from broker_core.security.tls import client_context, keystore_principal
 from broker_core.settings import (
     TOPIC_SETTINGS,
     BrokerOverrides,
+    ConfigError,
     Kind,
     bool_setting,
     broker_setting,
@@ -31,6 +32,7 @@ from broker_core.settings import (
 )
 
 from .listeners import BrokerListeners
+from .replica_selector import SELECTORS
 
 
 class TopicConfigError(ValueError):
@@ -56,6 +58,11 @@ class BrokerConfig:
 
     def get_bool(self, key: str) -> bool:
         return bool_setting(self.overrides, key)
+
+    @property
+    def broker_rack(self) -> str | None:
+        """The broker's rack: ``rack`` (the --rack option), else the `broker.rack` setting, else None."""
+        return self.rack if self.rack is not None else (self.get("broker.rack") or None)
 
     @property
     def advertised(self) -> str:
@@ -102,6 +109,11 @@ class BrokerConfig:
 
     def validate(self) -> None:
         check_broker_overrides(self.overrides)
+        if self.get("replica.selector.class") not in SELECTORS:
+            raise ConfigError(f"replica.selector.class must be one of {[s for s in SELECTORS if s]} or empty, "
+                              f"got {self.get('replica.selector.class')!r}")
+        if self.get_int("num.replica.fetchers") < 1:
+            raise ConfigError("num.replica.fetchers must be at least 1")
         LogConfig.from_kafka(self.overrides)
         self.listeners  # noqa: B018 - parsing the listener settings checks them
         self.inter_broker_security  # noqa: B018 - and so does building the inter-broker connections' security

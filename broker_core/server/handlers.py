@@ -32,6 +32,7 @@ from broker_core.metadata.store import validate_topic_name
 from broker_core.metadata.topics import PartitionLimits
 from broker_core.metrics.requests import current_request_clock
 from broker_core.protocol.api_keys import ApiKey
+from broker_core.protocol.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
 from broker_core.protocol.framing import FileRecords, Request
 from broker_core.protocol.messages import (
     EARLIEST_TIMESTAMP,
@@ -70,8 +71,10 @@ from .authorization import (
     replica_request_allowed,
 )
 from .config import TopicConfigError, validate_topic_configs
+from .fetch_sessions import CachedPartition, FetchSessionCache, new_context
 from .partition import ControlBatchFromClientError, InvalidTxnStateError, VerificationGuard
 from .remote_reads import RemoteReads, RemoteStorageError
+from .replica_selector import ReplicaView, preferred_read_replica
 
 if TYPE_CHECKING:
     from broker_core.quotas.service import QuotaService
@@ -106,6 +109,7 @@ class RequestHandlers:
         self.producer_ids = producer_ids
         self.quotas = quotas
         self.remote_reads = remote_reads
+        self.fetch_sessions = FetchSessionCache(context.config.get_int("max.incremental.fetch.session.cache.slots"))
         self.transactions: Handler | None = None
         self.table: dict[int, Handler] = {
             ApiKey.PRODUCE: self.produce,
@@ -400,18 +404,40 @@ class RequestHandlers:
     # Fetch -------------------------------------------------------------------------------------
 
     async def fetch(self, request: Request) -> Any:
+        """Fetch, v4 to v18: by topic name before v13, by topic id from v13 (UNKNOWN_TOPIC_ID for an
+        id this broker does not know, INCONSISTENT_TOPIC_ID when the replica here belongs to another
+        topic of that name); KIP-227 fetch sessions from v7 (`fetch_sessions`); KIP-392 from v11: a
+        consumer may read from a follower (up to its high watermark), and a leader with
+        ``replica.selector.class`` names a preferred read replica instead of sending records."""
         body = request.body
-        replica_id = getattr(body, "replica_id", -1)
+        replica_id = _fetch_replica_id(body)
+        uses_topic_ids = request.api_version >= _FETCH_TOPIC_IDS_VERSION
         if replica_id >= 0 and not replica_request_allowed(self.context, request, replica_id):
-            # A forged follower fetch: refused whole, before it can touch any follower state.
+            # A forged follower fetch: refused whole, before it can touch any follower state or session.
             return respond(request, {
                 "throttle_time": NO_THROTTLE, "error_code": ErrorCode.cluster_authorization_failed, "session_id": 0,
-                "responses": [{"topic": getattr(t, "topic", None), "partitions": [
-                    _fetch_error(p.partition, ErrorCode.cluster_authorization_failed) for p in t.partitions]}
-                    for t in body.topics],
+                "responses": [{"topic": getattr(t, "topic", None), "topic_id": getattr(t, "topic_id", None),
+                               "partitions": [_fetch_error(p.partition, ErrorCode.cluster_authorization_failed)
+                                              for p in t.partitions]}
+                              for t in body.topics],
             })
         deadline = time.monotonic() + body.max_wait.total_seconds()
-        await self._catch_up_for(getattr(topic_request, "topic", None) for topic_request in body.topics)
+        if uses_topic_ids:
+            if any(str(t.topic_id) not in self.context.image.topics_by_id for t in body.topics):
+                await self.context.catch_up_metadata()
+        else:
+            await self._catch_up_for(getattr(topic_request, "topic", None) for topic_request in body.topics)
+        image = self.context.image
+        asked = [_asked_partition(image, t, p, uses_topic_ids) for t in body.topics for p in t.partitions]
+        forgotten = [(t.topic_id if uses_topic_ids else t.topic, index)
+                     for t in getattr(body, "forgotten_topics_data", ()) for index in t.partitions]
+        context = new_context(self.fetch_sessions, session_id=getattr(body, "session_id", INVALID_SESSION_ID),
+                              epoch=getattr(body, "session_epoch", FINAL_EPOCH), asked=asked, forgotten=forgotten,
+                              uses_topic_ids=uses_topic_ids, privileged=replica_id >= 0,
+                              now_ms=time.monotonic() * 1000)
+        if context.error != ErrorCode.none:
+            return respond(request, {"throttle_time": NO_THROTTLE, "error_code": context.error, "session_id": 0,
+                                     "responses": []})
         quotas = self.quotas.manager
         identity = client_identity(request.client_id, request.principal)
         max_bytes = body.max_bytes
@@ -419,14 +445,16 @@ class RequestHandlers:
             # No more in one response than the consumer quota leaves room for (quotas.manager.fetch_room).
             room = quotas.fetch_room(identity)
             if room is not None and room.max_bytes <= 0:
-                return respond(request, {"throttle_time": _throttle_time(max(room.wait_s, 0.001)), "error_code": ErrorCode.none,
-                                         "session_id": 0, "responses": []})
+                return respond(request, {"throttle_time": _throttle_time(max(room.wait_s, 0.001)),
+                                         "error_code": ErrorCode.none, "session_id": context.response_session_id(),
+                                         "responses": []})
             if room is not None:
                 max_bytes = min(max_bytes, room.max_bytes)
         while True:
-            topics, total, partitions, had_error = await self._read_fetch(request, replica_id, max_bytes)
+            answers, total, partitions, respond_now = await self._read_fetch(request, replica_id, context.partitions,
+                                                                             max_bytes)
             remaining = deadline - time.monotonic()
-            if total >= body.min_bytes or had_error or remaining <= 0 or not partitions:
+            if total >= body.min_bytes or respond_now or remaining <= 0 or not partitions:
                 break
             futures = [p.change_future() for p in partitions]
             waiting_since = time.perf_counter()
@@ -437,115 +465,175 @@ class RequestHandlers:
                 future.cancel()
         throttle_s = quotas.record_fetch(identity, total) if replica_id < 0 else 0.0
         if throttle_s > 0:
-            # As Kafka: a throttled consumer gets no records, and what it was not sent is not counted.
+            # As Kafka: a throttled consumer gets no records, and what it was not sent is not counted
+            # (nor does its session learn of it: the next answer tells it again).
             quotas.unrecord_fetch(identity, total)
-            topics = []
+            return respond(request, {"throttle_time": _throttle_time(throttle_s), "error_code": ErrorCode.none,
+                                     "session_id": context.response_session_id(), "responses": []})
+        session_id, chosen = context.select(self.fetch_sessions, answers, time.monotonic() * 1000)
         if replica_id < 0 and total:
-            self._count_bytes_out(topics)
+            self._count_bytes_out(chosen)
         return respond(request, {
-            "throttle_time": _throttle_time(throttle_s), "error_code": ErrorCode.none, "session_id": 0,
-            "responses": topics,
+            "throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "session_id": session_id,
+            "responses": _by_topic(chosen), "node_endpoints": self._leader_endpoints(request, chosen),
         })
 
-    def _count_bytes_out(self, topics: list[dict[str, Any]]) -> None:
+    def _count_bytes_out(self, answers: list[tuple[CachedPartition, dict[str, Any]]]) -> None:
         """BytesOut, as Kafka counts it: record bytes sent to consumers, by topic."""
         metrics = self.context.metrics
-        for topic in topics:
-            sent = sum(len(response["records"]) for response in topic["partitions"] if response.get("records"))
-            if sent:
-                metrics.topic(topic["topic"]).bytes_out.inc(sent)
+        for asked, response in answers:
+            records = response.get("records")
+            if records:
+                metrics.topic(asked.topic).bytes_out.inc(len(records))
 
-    async def _read_fetch(self, request: Request, replica_id: int, max_bytes: int) -> tuple[list, int, list, bool]:
+    def _leader_endpoints(self, request: Request, answers: list[tuple[CachedPartition, dict[str, Any]]]) -> list:
+        """KIP-951: the endpoints (on the request's listener) of the leaders named in ``current_leader``."""
+        leaders = {answer["current_leader"]["leader_id"] for _, answer in answers if "current_leader" in answer}
+        brokers = self.context.image.brokers
+        endpoints = []
+        for broker_id in sorted(leaders):
+            broker = brokers.get(broker_id)
+            if broker is not None:
+                host, port = broker.endpoint(request.listener_name)
+                endpoints.append({"node_id": broker_id, "host": host, "port": port, "rack": broker.rack})
+        return endpoints
+
+    async def _read_fetch(self, request: Request, replica_id: int, asked: list[CachedPartition],
+                          max_bytes: int) -> tuple[list[tuple[CachedPartition, dict[str, Any]]], int, list, bool]:
+        """Read each partition asked for; (answers, bytes read, partitions a long poll waits on,
+        whether to answer at once: an error or a preferred read replica)."""
         body = request.body
         image = self.context.image
         authorizer = self.context.authorizer
+        uses_topic_ids = request.api_version >= _FETCH_TOPIC_IDS_VERSION
+        # KIP-392: Fetch v11+ carries the consumer's rack; consumers may then read from followers.
+        from_consumer_with_rack = replica_id < 0 and request.api_version >= _FETCH_RACK_VERSION
+        client_rack = getattr(body, "rack_id", "") if from_consumer_with_rack else ""
+        selector = self.context.config.get("replica.selector.class")
         remaining = max_bytes
         total = 0
-        had_error = False
+        respond_now = False
         watched = []
-        topics = []
-        for topic_request in body.topics:
-            name = getattr(topic_request, "topic", None)
-            responses = []
-            # A follower was authorized as a replica (CLUSTER_ACTION) before it got here.
-            may_read = replica_id >= 0 or allowed(authorizer, request, AclOperation.READ, ResourceType.TOPIC, name)
-            for p in topic_request.partitions:
-                response = _fetch_error(p.partition, ErrorCode.none)
-                responses.append(response)
-                partition = self.context.replicas.get(name, p.partition)
-                if not may_read:
-                    response["error_code"] = ErrorCode.topic_authorization_failed
-                elif name not in image.topics or (name, p.partition) not in image.partitions:
-                    response["error_code"] = ErrorCode.unknown_topic_or_partition
-                elif partition is None or not partition.is_leader:
-                    response["error_code"] = ErrorCode.not_leader_or_follower
-                elif 0 <= getattr(p, "current_leader_epoch", -1) < partition.leader_epoch:  # field since Fetch v9
-                    response["error_code"] = ErrorCode.fenced_leader_epoch
-                elif getattr(p, "current_leader_epoch", -1) > partition.leader_epoch:
-                    response["error_code"] = ErrorCode.unknown_leader_epoch
-                if response["error_code"] != ErrorCode.none:
-                    had_error = True
+        answers = []
+        readable: dict[str, bool] = {}
+        for p in asked:
+            response = _fetch_error(p.partition, ErrorCode.none)
+            answers.append((p, response))
+            name = p.topic
+            if name is None and p.topic_id is not None:
+                # An id unknown when the partition joined its session may be known now.
+                described = image.topics_by_id.get(str(p.topic_id))
+                name = p.topic = described.name if described is not None else None
+            if name is None:
+                response["error_code"] = ErrorCode.unknown_topic_id
+                respond_now = True
+                continue
+            may_read = readable.get(name)
+            if may_read is None:
+                # A follower was authorized as a replica (CLUSTER_ACTION) before it got here.
+                may_read = readable[name] = replica_id >= 0 or allowed(
+                    authorizer, request, AclOperation.READ, ResourceType.TOPIC, name)
+            described = image.topics.get(name)
+            partition = self.context.replicas.get(name, p.partition)
+            if not may_read:
+                response["error_code"] = ErrorCode.topic_authorization_failed
+            elif uses_topic_ids and (described is None or described.topic_id != str(p.topic_id)):
+                response["error_code"] = ErrorCode.unknown_topic_id
+            elif described is None or (name, p.partition) not in image.partitions:
+                response["error_code"] = ErrorCode.unknown_topic_or_partition
+            elif partition is None or (not partition.is_leader and not from_consumer_with_rack):
+                response["error_code"] = ErrorCode.not_leader_or_follower
+            elif uses_topic_ids and partition.topic_id != str(p.topic_id):
+                response["error_code"] = ErrorCode.inconsistent_topic_id
+            elif 0 <= p.current_leader_epoch < partition.leader_epoch:  # field since Fetch v9
+                response["error_code"] = ErrorCode.fenced_leader_epoch
+            elif p.current_leader_epoch > partition.leader_epoch:
+                response["error_code"] = ErrorCode.unknown_leader_epoch
+            if response["error_code"] != ErrorCode.none:
+                if response["error_code"] in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch):
+                    state = image.partitions.get((name, p.partition))
+                    if state is not None and state.leader >= 0:
+                        # KIP-951 (Fetch v16): where the partition is led now, so the client need not
+                        # wait for a metadata refresh; the endpoints go in the response's node_endpoints.
+                        response["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+                respond_now = True
+                continue
+            read_committed = replica_id < 0 and body.isolation_level == READ_COMMITTED
+            if replica_id >= 0:
+                partition.record_follower_fetch(replica_id, p.fetch_offset, p.log_start_offset)
+                upper = None
+            elif read_committed:
+                upper = partition.last_stable_offset
+                response["aborted_transactions"] = []
+            else:
+                upper = partition.high_watermark
+            response["high_watermark"] = partition.high_watermark
+            response["last_stable_offset"] = partition.last_stable_offset
+            response["log_start_offset"] = partition.log_start_offset
+            if client_rack and partition.is_leader:
+                preferred = self._preferred_read_replica(selector, client_rack, partition, image, p.fetch_offset)
+                if preferred >= 0:
+                    # As Kafka: no records from the leader, the consumer goes to the preferred replica.
+                    response["preferred_read_replica"] = preferred
+                    respond_now = True
                     continue
-                read_committed = replica_id < 0 and body.isolation_level == READ_COMMITTED
-                if replica_id >= 0:
-                    partition.record_follower_fetch(replica_id, p.fetch_offset)
-                    upper = None
-                elif read_committed:
-                    upper = partition.last_stable_offset
-                    response["aborted_transactions"] = []
-                else:
-                    upper = partition.high_watermark
-                response["high_watermark"] = partition.high_watermark
-                response["last_stable_offset"] = partition.last_stable_offset
-                response["log_start_offset"] = partition.log_start_offset
-                watched.append(partition)
-                limit = min(p.partition_max_bytes, remaining)
-                # Tiered storage: consumers reading a tiered topic below the local log start get the
-                # same batches from S3 (tiered_storage.remote_reader); followers always read locally.
-                remote = self.remote_reads if replica_id < 0 else None
-                if remote is not None and remote.is_tiered(name):
-                    try:
-                        response["log_start_offset"] = await remote.log_start_offset(partition)
-                        if p.fetch_offset < partition.log_start_offset:
-                            if limit > 0 or total == 0:
-                                data = await remote.read(partition, p.fetch_offset, max(limit, 0),
-                                                         min_one_batch=total == 0)
-                                if read_committed:
-                                    data, end = _below(data, upper)
-                                    response["aborted_transactions"] = _aborted_entries(
-                                        await remote.aborted_transactions(partition, p.fetch_offset, end))
-                                response["records"] = data
-                                total += len(data)
-                                remaining -= len(data)
-                            continue
-                    except OffsetOutOfRangeError:
-                        response["error_code"] = ErrorCode.offset_out_of_range
-                        had_error = True
-                        continue
-                    except RemoteStorageError as exc:
-                        log.warning("remote read of %s-%d failed: %s", name, p.partition, exc)
-                        self.context.metrics.topic(name).failed_fetch.inc()
-                        response["error_code"] = ErrorCode.kafka_storage_error
-                        had_error = True
-                        continue
-                if limit <= 0 and total > 0:
-                    continue
+            watched.append(partition)
+            limit = min(p.partition_max_bytes, remaining)
+            # Tiered storage: consumers reading a tiered topic below the local log start get the
+            # same batches from S3 (tiered_storage.remote_reader); followers always read locally.
+            remote = self.remote_reads if replica_id < 0 else None
+            if remote is not None and remote.is_tiered(name):
                 try:
-                    file_slice = partition.log.read(p.fetch_offset, max(limit, 0), max_offset=upper,
-                                                    min_one_batch=total == 0)
+                    response["log_start_offset"] = await remote.log_start_offset(partition)
+                    if p.fetch_offset < partition.log_start_offset:
+                        if limit > 0 or total == 0:
+                            data = await remote.read(partition, p.fetch_offset, max(limit, 0),
+                                                     min_one_batch=total == 0)
+                            if read_committed:
+                                data, end = _below(data, upper)
+                                response["aborted_transactions"] = _aborted_entries(
+                                    await remote.aborted_transactions(partition, p.fetch_offset, end))
+                            response["records"] = data
+                            total += len(data)
+                            remaining -= len(data)
+                        continue
                 except OffsetOutOfRangeError:
                     response["error_code"] = ErrorCode.offset_out_of_range
-                    had_error = True
+                    respond_now = True
                     continue
-                if file_slice is not None and file_slice.length > 0:
-                    response["records"] = FileRecords(file_slice)
-                    total += file_slice.length
-                    remaining -= file_slice.length
-                    if read_committed:
-                        response["aborted_transactions"] = _aborted_entries(partition.log.aborted_transactions(
-                            p.fetch_offset, min(upper, file_slice.last_offset + 1)))
-            topics.append({"topic": name, "partitions": responses})
-        return topics, total, watched, had_error
+                except RemoteStorageError as exc:
+                    log.warning("remote read of %s-%d failed: %s", name, p.partition, exc)
+                    self.context.metrics.topic(name).failed_fetch.inc()
+                    response["error_code"] = ErrorCode.kafka_storage_error
+                    respond_now = True
+                    continue
+            if limit <= 0 and total > 0:
+                continue
+            try:
+                file_slice = partition.log.read(p.fetch_offset, max(limit, 0), max_offset=upper,
+                                                min_one_batch=total == 0)
+            except OffsetOutOfRangeError:
+                response["error_code"] = ErrorCode.offset_out_of_range
+                respond_now = True
+                continue
+            if file_slice is not None and file_slice.length > 0:
+                response["records"] = FileRecords(file_slice)
+                total += file_slice.length
+                remaining -= file_slice.length
+                if read_committed:
+                    response["aborted_transactions"] = _aborted_entries(partition.log.aborted_transactions(
+                        p.fetch_offset, min(upper, file_slice.last_offset + 1)))
+        return answers, total, watched, respond_now
+
+    def _preferred_read_replica(self, selector: str, client_rack: str, partition: Any, image: Any,
+                                fetch_offset: int) -> int:
+        now_ms = time.monotonic() * 1000
+        followers = {broker_id: ReplicaView(broker_id, state.log_end_offset, state.log_start_offset,
+                                            now_ms - state.last_caught_up_ms)
+                     for broker_id, state in partition.followers.items()}
+        racks = {b.broker_id: b.rack for b in image.live_brokers()}
+        return preferred_read_replica(selector, client_rack, partition.broker_id, partition.isr, followers, racks,
+                                      fetch_offset)
 
     # ListOffsets -------------------------------------------------------------------------------
 
@@ -978,6 +1066,46 @@ def _fetch_error(partition: int, error: ErrorCode) -> dict[str, Any]:
             "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
 
 
+# Fetch v13 names topics by id; v11 carries the consumer's rack (KIP-392); v15 moves the replica id
+# into replica_state.
+_FETCH_TOPIC_IDS_VERSION = 13
+_FETCH_RACK_VERSION = 11
+
+
+def _fetch_replica_id(body: Any) -> int:
+    """The fetching follower's broker id, -1 for a consumer (Fetch v15+ carries it in replica_state)."""
+    replica_id = getattr(body, "replica_id", None)
+    if replica_id is None:
+        state = getattr(body, "replica_state", None)
+        replica_id = state.replica_id if state is not None else -1
+    return replica_id
+
+
+def _asked_partition(image: Any, topic: Any, p: Any, uses_topic_ids: bool) -> CachedPartition:
+    """A Fetch request's partition as a session holds it, its topic resolved by name or by id."""
+    if uses_topic_ids:
+        described = image.topics_by_id.get(str(topic.topic_id))
+        name, topic_id = (described.name if described is not None else None), topic.topic_id
+    else:
+        name, topic_id = topic.topic, None
+    return CachedPartition(name, topic_id, p.partition, p.fetch_offset, p.partition_max_bytes,
+                           getattr(p, "log_start_offset", -1), getattr(p, "current_leader_epoch", -1),
+                           getattr(p, "last_fetched_epoch", -1))
+
+
+def _by_topic(answers: list[tuple[CachedPartition, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Fetch's responses field: consecutive answers of one topic under one entry, as Kafka groups them."""
+    topics: list[dict[str, Any]] = []
+    last_key: object = None
+    for p, answer in answers:
+        key = p.topic_id if p.topic_id is not None else p.topic
+        if not topics or key != last_key:
+            topics.append({"topic": p.topic, "topic_id": p.topic_id, "partitions": []})
+            last_key = key
+        topics[-1]["partitions"].append(answer)
+    return topics
+
+
 def _producer_refusal(authorizer: Any, request: Request) -> ErrorCode | None:
     """Why a Produce is refused for the producer it writes as, or None (only with an authorizer):
     transactional batches need WRITE on the request's transactional id (Kafka's rule), and a batch's
@@ -1031,7 +1159,7 @@ def _below(data: bytes, upper: int) -> tuple[bytes, int]:
 
 def _from_replica(request: Request) -> bool:
     """A follower's fetch: broker traffic, exempt from client quotas (Kafka exempts ClusterAction)."""
-    return request.api_key == ApiKey.FETCH and getattr(request.body, "replica_id", -1) >= 0
+    return request.api_key == ApiKey.FETCH and _fetch_replica_id(request.body) >= 0
 
 
 def _throttle_time(throttle_s: float) -> datetime.timedelta:

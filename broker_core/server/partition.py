@@ -48,6 +48,7 @@ class VerificationGuard:
 @dataclass
 class ReplicaState:
     log_end_offset: int = 0
+    log_start_offset: int = -1
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     leader_end_at_last_fetch: int = 0
@@ -176,11 +177,12 @@ class Partition:
         self._maybe_advance_high_watermark()
         self.wake(role_changed=True)
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
         """A follower fetching from `fetch_offset` has everything below it: its log-end offset."""
         now = time.monotonic() * 1000
         state = self.followers.setdefault(replica_id, ReplicaState())
         state.log_end_offset = fetch_offset
+        state.log_start_offset = log_start_offset
         # As Kafka does: reaching the log end as it was at the previous fetch counts as caught up at
         # that time, so a follower of a partition under steady load is not declared lagging.
         if fetch_offset >= self.log_end_offset:

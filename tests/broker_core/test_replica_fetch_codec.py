@@ -33,20 +33,25 @@ positions = st.builds(FetchPosition, partition=i32, current_leader_epoch=i32, fe
 
 @settings(max_examples=300, deadline=None)
 @given(correlation_id=i32, client_id=st.text(max_size=30), replica_id=i32, max_wait_ms=st.integers(0, 2**31 - 1),
-       min_bytes=i32, max_bytes=i32, topics=st.dictionaries(topic_names, st.lists(positions, max_size=4), max_size=4))
+       min_bytes=i32, max_bytes=i32, topics=st.dictionaries(topic_names, st.lists(positions, max_size=4), max_size=4),
+       session=st.tuples(i32, i32),
+       forgotten=st.dictionaries(topic_names, st.lists(i32, max_size=4), max_size=3))
 def test_the_request_is_the_bytes_kio_would_send(correlation_id: int, client_id: str, replica_id: int,
                                                  max_wait_ms: int, min_bytes: int, max_bytes: int,
-                                                 topics: dict[str, list[FetchPosition]]) -> None:
+                                                 topics: dict[str, list[FetchPosition]], session: tuple[int, int],
+                                                 forgotten: dict[str, list[int]]) -> None:
     ours = encode_replica_fetch(correlation_id, client_id, replica_id=replica_id, max_wait_ms=max_wait_ms,
-                                min_bytes=min_bytes, max_bytes=max_bytes, topics=topics)
+                                min_bytes=min_bytes, max_bytes=max_bytes, topics=topics, session_id=session[0],
+                                session_epoch=session[1], forgotten=forgotten)
     kio_request = build_entity(request_class(ApiKey.FETCH, 12), {
         "replica_id": replica_id, "max_wait": datetime.timedelta(milliseconds=max_wait_ms), "min_bytes": min_bytes,
-        "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "max_bytes": max_bytes, "isolation_level": 0, "session_id": session[0], "session_epoch": session[1],
         "topics": [{"topic": name, "partitions": [
             {"partition": p.partition, "current_leader_epoch": p.current_leader_epoch, "fetch_offset": p.fetch_offset,
              "last_fetched_epoch": -1, "log_start_offset": p.log_start_offset,
              "partition_max_bytes": p.partition_max_bytes} for p in ps]} for name, ps in topics.items()],
-        "forgotten_topics_data": [], "rack_id": "",
+        "forgotten_topics_data": [{"topic": name, "partitions": indexes} for name, indexes in forgotten.items()],
+        "rack_id": "",
     })
     assert ours == encode_request(ApiKey.FETCH, 12, correlation_id, client_id, kio_request)
     assert decode_request(ours[4:]).body == kio_request  # and the broker reads it back as sent
@@ -72,17 +77,18 @@ def partition_data(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(correlation_id=i32, error_code=error_codes, topics=st.lists(
+@given(correlation_id=i32, error_code=error_codes, session_id=i32, topics=st.lists(
     st.tuples(topic_names, st.lists(partition_data(), max_size=4)), max_size=4))
-def test_the_response_parses_to_what_kio_decodes(correlation_id: int, error_code: ErrorCode,
+def test_the_response_parses_to_what_kio_decodes(correlation_id: int, error_code: ErrorCode, session_id: int,
                                                  topics: list[tuple[str, list[dict[str, Any]]]]) -> None:
     response = build_entity(response_class(ApiKey.FETCH, 12), {
-        "throttle_time": datetime.timedelta(0), "error_code": error_code, "session_id": 0,
+        "throttle_time": datetime.timedelta(0), "error_code": error_code, "session_id": session_id,
         "responses": [{"topic": name, "partitions": parts} for name, parts in topics],
     })
     frame = b"".join(encode_response(ApiKey.FETCH, 12, correlation_id, response))[4:]
-    parsed_id, parsed_error, parsed = parse_fetch_response(frame)
-    assert (parsed_id, parsed_error) == (correlation_id, error_code)
+    answer = parse_fetch_response(frame)
+    parsed = answer.partitions
+    assert (answer.correlation_id, answer.error_code, answer.session_id) == (correlation_id, error_code, session_id)
     expected = [(name, p["partition_index"], p["error_code"], p["high_watermark"], p["log_start_offset"], p["records"])
                 for name, parts in topics for p in parts]
     assert [(p.topic, p.partition, p.error_code, p.high_watermark, p.log_start_offset,

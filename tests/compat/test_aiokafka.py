@@ -196,3 +196,40 @@ def test_a_record_over_max_message_bytes_gets_message_too_large_and_nothing_is_w
     assert refused.errno == 10
     # The refused batch took no offset: the next record is the partition's first.
     assert fits.offset == 0
+
+
+def test_a_consumer_with_a_rack_fetches_at_v11_and_reads_everything(
+        compat_stack: Any, records_by_codec: dict, sent_offsets: list[int]) -> None:
+    """aiokafka's newest Fetch is v11 (KIP-392's rack_id): with client_rack set it reads from the one
+    broker (the leader; no follower here is in its rack)."""
+    versions: list[int] = []
+
+    async def read_all() -> int:
+        consumer = AIOKafkaConsumer(bootstrap_servers=compat_stack.bootstrap_servers, enable_auto_commit=False,
+                                    client_id="compat-rack-consumer", client_rack="az-x")
+        await consumer.start()
+        client = consumer._client
+        send = client.send
+
+        async def observed(node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+            response = await send(node_id, request, *args, **kwargs)
+            if type(response).__name__.startswith("FetchResponse"):
+                versions.append(response.API_VERSION)
+            return response
+
+        client.send = observed
+        partition = TopicPartition(TOPIC, 0)
+        consumer.assign([partition])
+        await consumer.seek_to_beginning(partition)
+        received = 0
+        try:
+            async with asyncio.timeout(30):
+                while received < len(sent_offsets):
+                    for records in (await consumer.getmany(timeout_ms=500)).values():
+                        received += len(records)
+        finally:
+            await consumer.stop()
+        return received
+
+    assert run(read_all()) == len(sent_offsets)
+    assert versions and set(versions) == {11}

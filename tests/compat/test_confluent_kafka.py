@@ -12,6 +12,8 @@ with such a build those batches go uncompressed, and the codec check expects tha
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -177,3 +179,33 @@ def test_a_record_over_max_message_bytes_gets_message_too_large_and_nothing_is_w
     assert not error.retriable()
     # The refused batch took no offset: the next record is the partition's first.
     assert produce(compat_stack, [{"topic": SMALL_TOPIC, "value": b"fits", "partition": 0}]) == [(None, 0)]
+
+
+def test_librdkafka_reads_at_fetch_v13_or_later_by_topic_id(compat_stack: Any, records_by_codec: dict,
+                                                            delivery_reports: list) -> None:
+    """The broker offers Fetch up to v18, so librdkafka fetches at its newest (v16 for 2.16), which names
+    topics by id; its protocol debug log shows the version of every FetchResponse it read."""
+    sent = sum(len(records) for records in records_by_codec.values())
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("compat.librdkafka.protocol")
+    logger.addHandler(Collect())
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    reader = Consumer({"bootstrap.servers": compat_stack.bootstrap_servers, "group.id": "compat-assign-only",
+                       "enable.auto.commit": False, "debug": "protocol", "logger": logger})
+    reader.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+    received = 0
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while received < sent and time.monotonic() < deadline:
+            received += sum(1 for m in reader.consume(num_messages=100, timeout=0.5) if m.error() is None)
+    finally:
+        reader.close()
+    assert received == sent
+    versions = {int(found) for line in lines for found in re.findall(r"Received FetchResponse \(v(\d+)", line)}
+    assert versions and min(versions) >= 13, versions

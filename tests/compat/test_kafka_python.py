@@ -153,3 +153,35 @@ def test_a_record_over_max_message_bytes_gets_message_too_large_and_nothing_is_w
         producer.close()
     # The refused batch took no offset: the next record is the partition's first.
     assert fits.offset == 0
+
+
+def test_a_consumer_fetches_in_an_incremental_session_that_leaves_out_quiet_partitions(
+        compat_stack: Any, records_by_codec: dict, sent_offsets: list[int]) -> None:
+    """kafka-python opens a KIP-227 session at its newest Fetch version (v12): once it has read
+    everything, the broker's answers name none of the three partitions, in the same session."""
+    consumer = KafkaConsumer(bootstrap_servers=compat_stack.bootstrap_servers, enable_auto_commit=False,
+                             client_id="compat-session-consumer", fetch_max_wait_ms=50)
+    answers: list[tuple[int, int, int]] = []  # (Fetch version, session id, partitions named)
+    fetcher = consumer._fetcher
+    handle = fetcher._handle_fetch_response
+
+    def observed(node_id: int, fetch_offsets: Any, send_time: float, response: Any) -> Any:
+        answers.append((response.API_VERSION, response.session_id, sum(len(t.partitions) for t in response.responses)))
+        return handle(node_id, fetch_offsets, send_time, response)
+
+    fetcher._handle_fetch_response = observed
+    consumer.assign([TopicPartition(TOPIC, p) for p in range(TOPIC_PARTITIONS)])
+    consumer.seek_to_beginning()
+    received = 0
+    deadline = time.monotonic() + 30
+    try:
+        while (received < len(sent_offsets) or len(answers) < 5) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                received += len(records)
+    finally:
+        consumer.close()
+    assert received == len(sent_offsets)
+    assert answers[0][0] == 12 and answers[0][2] == TOPIC_PARTITIONS  # the full fetch that opens the session
+    session_id = answers[0][1]
+    assert session_id != 0 and all(session == session_id for _, session, _ in answers)
+    assert answers[-1][2] == 0  # caught up: an incremental answer names nothing

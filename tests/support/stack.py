@@ -18,9 +18,11 @@ TEST_BROKER_OVERRIDES = {
 
 @contextmanager
 def running_stack(directory: Path, brokers: int = 1, overrides: dict[str, str] | None = None, *,
-                  http: bool = False, security: str = "plaintext") -> Iterator[LocalStack]:
+                  http: bool = False, security: str = "plaintext",
+                  broker_overrides: dict[int, dict[str, str]] | None = None) -> Iterator[LocalStack]:
     settings = {**TEST_BROKER_OVERRIDES, **(overrides or {})}
-    stack = LocalStack(directory=directory, brokers=brokers, overrides=settings, http=http, security=security)
+    stack = LocalStack(directory=directory, brokers=brokers, overrides=settings, http=http, security=security,
+                       broker_overrides=broker_overrides or {})
     stack.start()
     try:
         yield stack

@@ -7,17 +7,22 @@ topic created after start-up it learned from the catch-up a request triggered.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import threading
 import types
+import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker_core.client import EARLIEST, FloeClient, KafkaError
+from broker_core.client import EARLIEST, BrokerConnection, FloeClient, KafkaError
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
-from broker_core.records import SimpleRecord
+from broker_core.protocol.api_keys import ApiKey
+from broker_core.protocol.messages import build_entity, request_class
+from broker_core.records import SimpleRecord, iter_records
 from broker_core.server.broker import Broker
 from tests.support.stack import running_stack
 
@@ -86,3 +91,41 @@ def test_a_caller_arriving_after_a_check_finished_but_before_its_cleanup_ran_wai
     thread.join(10)
     assert not thread.is_alive(), "catch_up_metadata looped on a finished check without yielding"
     assert outcome == [1]  # one new check, started after the caller asked
+
+
+def fetch_by_id(topic_id: uuid.UUID, offset: int) -> Any:
+    """A consumer's Fetch v16 of partition 0 of the topic with this id (topics by id since v13)."""
+    return build_entity(request_class(ApiKey.FETCH, 16), {
+        "max_wait": datetime.timedelta(0), "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+        "topics": [{"topic_id": topic_id, "partitions": [
+            {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset, "last_fetched_epoch": -1,
+             "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+    })
+
+
+def test_a_fetch_by_topic_id_finds_a_topic_created_behind_the_brokers_back_and_refuses_an_unknown_id(
+        stack: LocalStack) -> None:
+    async def run() -> None:
+        created = MetadataStore(stack.aws).create_topic("made-elsewhere-by-id", 1, 1)
+        topic_id = uuid.UUID(created.topic_id)
+        connection = BrokerConnection(stack.host, stack.processes[1].port)
+        await connection.connect()
+        try:
+            # The broker has not heard of the topic: the id alone makes it catch up.
+            (topic,) = (await connection.send(ApiKey.FETCH, fetch_by_id(topic_id, 0))).responses
+            assert topic.topic_id == topic_id
+            assert [(p.partition_index, p.error_code, p.high_watermark) for p in topic.partitions] == [
+                (0, ErrorCode.none, 0)]
+            async with FloeClient(stack.bootstrap_servers, retries=0) as client:
+                await client.produce("made-elsewhere-by-id", [SimpleRecord(value=b"by id")], partition=0)
+            (topic,) = (await connection.send(ApiKey.FETCH, fetch_by_id(topic_id, 0))).responses
+            (partition,) = topic.partitions
+            assert (partition.error_code, partition.high_watermark) == (ErrorCode.none, 1)
+            assert [r.value for r in iter_records(bytes(partition.records))] == [b"by id"]
+            (topic,) = (await connection.send(ApiKey.FETCH, fetch_by_id(uuid.uuid4(), 0))).responses
+            assert [p.error_code for p in topic.partitions] == [ErrorCode.unknown_topic_id]
+        finally:
+            await connection.close()
+
+    asyncio.run(run())
