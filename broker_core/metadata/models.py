@@ -23,7 +23,8 @@ change, the condition of config updates), ``created_at_ms``.
 
 ``<prefix>partitions`` (hash key ``topic_id``, string; range key ``partition``, number):
 ``topic`` (name), ``replicas`` and ``isr`` (number lists), ``leader`` (-1 = none),
-``leader_epoch``, ``partition_epoch`` (bumped by every update; the condition of updates). Keyed by
+``leader_epoch``, ``partition_epoch`` (bumped by every update; the condition of updates),
+``adding_replicas`` and ``removing_replicas`` (number lists, during a reassignment). Keyed by
 topic id rather than name so that partitions written by a losing concurrent create, or left by a
 delete, never mix with those of a topic of the same name.
 
@@ -117,6 +118,9 @@ class PartitionItem(Model):
     leader_epoch = NumberAttribute()
     partition_epoch = NumberAttribute()
     isr = ListAttribute(of=NumberAttribute)
+    # KIP-455 reassignment in progress; absent (or empty) when none is.
+    adding_replicas = ListAttribute(of=NumberAttribute, null=True)
+    removing_replicas = ListAttribute(of=NumberAttribute, null=True)
 
 
 @dataclass(frozen=True)

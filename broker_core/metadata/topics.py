@@ -141,6 +141,8 @@ def partition_from_item(item: PartitionItem) -> PartitionState:
         leader_epoch=int(item.leader_epoch),
         partition_epoch=int(item.partition_epoch),
         isr=tuple(int(r) for r in item.isr),
+        adding_replicas=tuple(int(r) for r in item.adding_replicas or ()),
+        removing_replicas=tuple(int(r) for r in item.removing_replicas or ()),
     )
 
 
@@ -158,6 +160,10 @@ def _check_partition_state(state: PartitionState) -> None:
         raise invalid(f"leader {state.leader} is not in the ISR {list(state.isr)}")
     if state.leader_epoch < 0:
         raise invalid(f"leader epoch {state.leader_epoch} is negative")
+    adding, removing = set(state.adding_replicas), set(state.removing_replicas)
+    if not (adding | removing) <= set(state.replicas) or adding & removing:
+        raise invalid(f"adding {list(state.adding_replicas)} and removing {list(state.removing_replicas)} must be "
+                      f"disjoint subsets of replicas {list(state.replicas)}")
 
 
 
@@ -365,6 +371,8 @@ class TopicCatalog(BrokerRegistry):
             partition.leader_epoch.set(new_state.leader_epoch),
             partition.isr.set(list(new_state.isr)),
             partition.partition_epoch.set(next_epoch),
+            partition.adding_replicas.set(list(new_state.adding_replicas)),
+            partition.removing_replicas.set(list(new_state.removing_replicas)),
         ]
 
         def build(transaction: TransactWrite) -> None:
@@ -384,6 +392,8 @@ class TopicCatalog(BrokerRegistry):
                 leader_epoch=new_state.leader_epoch,
                 partition_epoch=next_epoch,
                 isr=tuple(new_state.isr),
+                adding_replicas=tuple(new_state.adding_replicas),
+                removing_replicas=tuple(new_state.removing_replicas),
             )
         if controller_epoch is not None and codes[0] == CONDITION_FAILED:
             raise FencedControllerError(controller_epoch)
