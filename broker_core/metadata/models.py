@@ -12,6 +12,9 @@
   that registers again always gets a larger epoch than any it had before.
 - ``item="producer_ids"``: ``next_start`` of the next free producer-id block and ``version``,
   updated only on a condition on ``version``.
+- ``item="broker_configs"``: the dynamic broker configs (IncrementalAlterConfigs on BROKER resources):
+  ``configs`` maps ``<default>`` (the cluster-wide default) or a broker id to its settings, and
+  ``version`` is the condition of every change.
 
 ``<prefix>brokers`` (hash key ``broker_id``, number): one registration per broker id, replaced on
 re-registration; ``broker_epoch``, ``host``, ``port``, ``rack``, ``state``, ``heartbeat``
@@ -59,6 +62,7 @@ CONTROLLER_ITEM = "controller"
 METADATA_VERSION_ITEM = "metadata_version"
 BROKER_EPOCH_ITEM = "broker_epoch"
 PRODUCER_IDS_ITEM = "producer_ids"
+BROKER_CONFIGS_ITEM = "broker_configs"
 
 
 
@@ -84,6 +88,12 @@ class ProducerIdBlockItem(Model):
     item = UnicodeAttribute(hash_key=True)
     next_start = NumberAttribute()
     version = NumberAttribute()
+
+
+class BrokerConfigsItem(Model):
+    item = UnicodeAttribute(hash_key=True)
+    configs = MapAttribute(default=dict)  # resource ("<default>" or a broker id) -> {setting: value}
+    version = NumberAttribute(default=0)
 
 
 class BrokerItem(Model):
@@ -131,6 +141,7 @@ class BoundModels:
     metadata_version: type[MetadataVersionItem]
     broker_epoch_counter: type[BrokerEpochCounterItem]
     producer_id_block: type[ProducerIdBlockItem]
+    broker_configs: type[BrokerConfigsItem]
     broker: type[BrokerItem]
     topic: type[TopicItem]
     partition: type[PartitionItem]
@@ -142,6 +153,7 @@ class BoundModels:
             self.metadata_version,
             self.broker_epoch_counter,
             self.producer_id_block,
+            self.broker_configs,
             self.broker,
             self.topic,
             self.partition,
@@ -162,6 +174,7 @@ def bind_models(settings: AwsSettings) -> BoundModels:
         "metadata_version": bind_model(MetadataVersionItem, settings, CLUSTER_TABLE),
         "broker_epoch_counter": bind_model(BrokerEpochCounterItem, settings, CLUSTER_TABLE),
         "producer_id_block": bind_model(ProducerIdBlockItem, settings, CLUSTER_TABLE),
+        "broker_configs": bind_model(BrokerConfigsItem, settings, CLUSTER_TABLE),
         "broker": bind_model(BrokerItem, settings, BROKERS_TABLE),
         "topic": bind_model(TopicItem, settings, TOPICS_TABLE),
         "partition": bind_model(PartitionItem, settings, PARTITIONS_TABLE),

@@ -28,7 +28,7 @@ time (the controller's); the store calls block.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 
 from broker_core.metadata.errors import PartitionEpochConflictError, UnknownPartitionError, UnknownTopicError
@@ -192,3 +192,76 @@ class PartitionReassignments:
                     continue  # planned again from the new state on the next pass
         self._planned_version = None if completed else snapshot.version
         return completed
+
+
+def balanced_plan(current: Mapping[tuple[str, int], Sequence[int]], sizes: Mapping[tuple[str, int], int],
+                  brokers: Iterable[int]) -> dict[tuple[str, int], tuple[int, ...]]:
+    """Replicas for each partition of ``current`` on ``brokers`` only, balanced by count and by bytes,
+    moving little (what `floe reassign --generate` proposes).
+
+    Replicas on brokers not listed are placed first, each on the listed broker with the fewest
+    replicas (then bytes) that lacks the partition. Then, while two brokers' replica counts differ by
+    more than one, a replica moves from the fullest to the emptiest, choosing the partition whose size
+    best evens their bytes. Last, while swapping a partition of the heaviest broker (by bytes) for a
+    smaller one of the lightest narrows the gap between them, the swap is made (counts do not change).
+    A moved replica takes the place of the one it replaces, so the preferred leader changes only
+    when the first replica moves. ``sizes`` are bytes (0 when unknown). ValueError if a partition has
+    more replicas than there are brokers.
+    """
+    chosen = sorted(set(brokers))
+    if not chosen:
+        raise ValueError("no brokers to place replicas on")
+    widest = max((len(r) for r in current.values()), default=0)
+    if widest > len(chosen):
+        raise ValueError(f"a partition has {widest} replicas but only {len(chosen)} brokers are given")
+    assignment: dict[tuple[str, int], list[int | None]] = {
+        key: [r if r in chosen else None for r in replicas] for key, replicas in current.items()}
+    count = dict.fromkeys(chosen, 0)
+    stored = dict.fromkeys(chosen, 0)
+
+    def size(key: tuple[str, int]) -> int:
+        return sizes.get(key, 0)
+
+    def put(key: tuple[str, int], slot: int, broker: int) -> None:
+        old = assignment[key][slot]
+        if old is not None:
+            count[old] -= 1
+            stored[old] -= size(key)
+        assignment[key][slot] = broker
+        count[broker] += 1
+        stored[broker] += size(key)
+
+    for key, replicas in assignment.items():
+        for r in replicas:
+            if r is not None:
+                count[r] += 1
+                stored[r] += size(key)
+    for key in sorted(assignment, key=lambda k: (-size(k), k)):
+        for slot, r in enumerate(assignment[key]):
+            if r is None:
+                put(key, slot, min((b for b in chosen if b not in assignment[key]),
+                                   key=lambda b: (count[b], stored[b], b)))
+    while True:
+        full = max(chosen, key=lambda b: (count[b], stored[b], -b))
+        empty = min(chosen, key=lambda b: (count[b], stored[b], b))
+        if count[full] - count[empty] <= 1:
+            break
+        gap = (stored[full] - stored[empty]) / 2
+        movable = [k for k, r in assignment.items() if full in r and empty not in r]
+        key = min(movable, key=lambda k: (abs(gap - size(k)), k))
+        put(key, assignment[key].index(full), empty)
+    for _ in range(len(assignment) * len(chosen)):
+        heavy = max(chosen, key=lambda b: (stored[b], -b))
+        light = min(chosen, key=lambda b: (stored[b], b))
+        gap = stored[heavy] - stored[light]
+        swaps = [(abs(gap - 2 * (size(p) - size(q))), p, q)
+                 for p, rp in assignment.items() if heavy in rp and light not in rp
+                 for q, rq in assignment.items() if light in rq and heavy not in rq and size(q) < size(p)]
+        if not swaps:
+            break
+        narrowed, p, q = min(swaps)
+        if narrowed >= gap:
+            break
+        put(p, assignment[p].index(heavy), light)
+        put(q, assignment[q].index(light), heavy)
+    return {key: tuple(b for b in replicas if b is not None) for key, replicas in assignment.items()}

@@ -124,6 +124,8 @@ class ClusterSnapshot:
     brokers: tuple[BrokerRegistration, ...]
     topics: Mapping[str, TopicDescription]
     partitions: Mapping[str, tuple[PartitionState, ...]] = field(default_factory=dict)
+    # Dynamic broker configs: "<default>" and broker ids (as strings) to their settings.
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def live_brokers(self) -> tuple[BrokerRegistration, ...]:
         return tuple(b for b in self.brokers if b.state is BrokerState.RUNNING)
