@@ -223,6 +223,17 @@ class FloeClient:
                 return await connection.send(api_key, request)
         return await self._send_anywhere(api_key, request, idempotent=False)
 
+    async def _at_controller(self, api_key: int, request: Mapping[str, Any], attempts: int = 5) -> Any:
+        """Send to the controller; on NOT_CONTROLLER (it moved, and the request was not acted on)
+        refresh the metadata and send again, a few times, as Kafka's admin client does."""
+        for attempt in range(attempts):
+            await self.refresh_metadata([])
+            response = await self._send_to_controller(api_key, request)
+            if getattr(response, "error_code", ErrorCode.none) != ErrorCode.not_controller or attempt == attempts - 1:
+                return response
+            await self._backoff(attempt)
+        raise AssertionError("unreachable")
+
     async def _backoff(self, attempt: int) -> None:
         await asyncio.sleep(backoff_s(attempt, self.retry_backoff_s))
 
@@ -421,12 +432,11 @@ class FloeClient:
                                             ) -> dict[tuple[str, int], KafkaError | None]:
         """AlterPartitionReassignments at the controller: each partition's target replicas (None cancels);
         per partition None when accepted, else the KafkaError it got."""
-        await self.refresh_metadata([])
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition), replicas in targets.items():
             by_topic.setdefault(topic, []).append(
                 {"partition_index": partition, "replicas": None if replicas is None else list(replicas)})
-        response = await self._send_to_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+        response = await self._at_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
             "timeout": datetime.timedelta(seconds=self.request_timeout_s),
             "topics": [{"name": topic, "partitions": parts} for topic, parts in by_topic.items()],
         })
@@ -438,11 +448,10 @@ class FloeClient:
     async def list_partition_reassignments(self, partitions: Sequence[tuple[str, int]] | None = None
                                            ) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
         """The reassignments in progress (of ``partitions``; None: all): (replicas, adding, removing) each."""
-        await self.refresh_metadata([])
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions or ():
             by_topic.setdefault(topic, []).append(partition)
-        response = await self._send_to_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS, {
+        response = await self._at_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS, {
             "timeout": datetime.timedelta(seconds=self.request_timeout_s),
             "topics": None if partitions is None else [
                 {"name": topic, "partition_indexes": indexes} for topic, indexes in by_topic.items()],
@@ -459,7 +468,7 @@ class FloeClient:
         for node_id in list(self.brokers):
             connection = await self._connection(node_id)
             response = await connection.send(ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
-            raise_for(response.error_code)
+            raise_for(getattr(response, "error_code", ErrorCode.none))  # a top-level error since v3
             for result in response.results:
                 for topic in result.topics:
                     for p in topic.partitions:
