@@ -310,14 +310,15 @@ SETTINGS: tuple[Setting, ...] = (
            "How long a tombstone (a null value) stays readable after the cleaner first saw it.",
            "log.cleaner.delete.retention.ms", log_field="delete_retention_ms"),
     _broker("log.cleaner.threads", _INT, 1, "Logs cleaned at once, each by a cleaner process of its own (Kafka's threads; processes keep the"
-            " cleaning's Python work off the broker's GIL)."),
+            " cleaning's Python work off the broker's GIL).", dynamic=True, minimum=1),
     _broker("log.cleaner.dedupe.buffer.size", _INT, 128 * 1024 * 1024,
             "Budget of the cleaners' key maps, shared by the cleaners; keys are counted at 24 bytes each as Kafka"
-            " counts them (a Python map uses more per key)."),
-    _broker("log.cleaner.backoff.ms", _INT, 15000, "How long a cleaner waits when no log needs cleaning."),
+            " counts them (a Python map uses more per key).", dynamic=True, minimum=1024 * 1024),
+    _broker("log.cleaner.backoff.ms", _INT, 15000, "How long a cleaner waits when no log needs cleaning.",
+            dynamic=True, minimum=0),
     _broker("log.cleaner.io.max.bytes.per.second", _DOUBLE, "1.7976931348623157E308",
             "Bytes per second the cleaners read and write together (each holds an equal share); the default is"
-            " unlimited."),
+            " unlimited.", dynamic=True, minimum=1),
     _topic("compression.type", _STRING, "producer", "Accepted for Kafka tools; batches are stored as the producer compressed them.",
            "compression.type", choices=("producer", "uncompressed")),
     _topic("local.retention.bytes", _INT, -2, "Local size limit of a tiered topic; -2 is retention.bytes.",

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
@@ -169,3 +176,57 @@ def read_all(stack: LocalStack, topic: str) -> list[tuple[bytes, bytes]]:
         return [(message.key, message.value) for message in consumer]
     finally:
         consumer.close()
+
+
+def broker_configs(admin: AdminClient, name: str) -> dict[str, tuple[str | None, ConfigSource]]:
+    resource = ConfigResource(ResourceType.BROKER, name)
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {key: (entry.value, ConfigSource(entry.source)) for key, entry in entries.items()}
+
+
+def test_dynamic_broker_configs_apply_per_broker_over_the_cluster_default_and_show_their_source(
+        stack: LocalStack, cf_admin: AdminClient) -> None:
+    broker_id = str(next(iter(cf_admin.list_topics(timeout=30).brokers)))
+    rate = "leader.replication.throttled.rate"
+    assert broker_configs(cf_admin, broker_id)[rate] == ("9223372036854775807", ConfigSource.DEFAULT_CONFIG)
+    incremental(cf_admin, ResourceType.BROKER, "", (rate, "5000000", AlterConfigOpType.SET))
+    assert broker_configs(cf_admin, broker_id)[rate] == ("5000000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert broker_configs(cf_admin, "")[rate] == ("5000000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    incremental(cf_admin, ResourceType.BROKER, broker_id, (rate, "1000000", AlterConfigOpType.SET),
+                ("log.cleaner.threads", "2", AlterConfigOpType.SET))
+    described = broker_configs(cf_admin, broker_id)
+    assert described[rate] == ("1000000", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert described["log.cleaner.threads"] == ("2", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert described["message.max.bytes"][1] is ConfigSource.DEFAULT_CONFIG
+    # Applied live: the cleaner restarts with two threads, as the broker's log says.
+    log_path = stack.directory / "logs" / f"broker-{broker_id}.log"
+    wait_until(lambda: "-> 2 threads" in log_path.read_text(errors="replace"), "the cleaner restarted",
+               timeout_s=30, interval_s=0.2)
+    incremental(cf_admin, ResourceType.BROKER, broker_id, (rate, None, AlterConfigOpType.DELETE),
+                ("log.cleaner.threads", None, AlterConfigOpType.DELETE))
+    incremental(cf_admin, ResourceType.BROKER, "", (rate, None, AlterConfigOpType.DELETE))
+    assert broker_configs(cf_admin, broker_id)[rate] == ("9223372036854775807", ConfigSource.DEFAULT_CONFIG)
+
+
+def test_a_bad_dynamic_value_or_a_static_name_refuses_the_whole_broker_resource(cf_admin: AdminClient) -> None:
+    broker_id = str(next(iter(cf_admin.list_topics(timeout=30).brokers)))
+    rate = "follower.replication.throttled.rate"
+    for bad, named in [((rate, "fast", AlterConfigOpType.SET), rate),
+                       (("log.cleaner.threads", "0", AlterConfigOpType.SET), "log.cleaner.threads"),
+                       (("num.partitions", "3", AlterConfigOpType.SET), "num.partitions"),
+                       (("no.such.config", "1", AlterConfigOpType.SET), "no.such.config")]:
+        error = refusal(cf_admin, ResourceType.BROKER, broker_id, (rate, "1000", AlterConfigOpType.SET), bad)
+        assert error.code() == KafkaError.INVALID_CONFIG
+        assert named in error.str()
+    assert broker_configs(cf_admin, broker_id)[rate][1] is ConfigSource.DEFAULT_CONFIG
+
+
+def test_throttled_replica_lists_are_checked(kp_admin: KafkaAdminClient, cf_admin: AdminClient) -> None:
+    create_topic(kp_admin, "throttle-lists")
+    incremental(cf_admin, ResourceType.TOPIC, "throttle-lists",
+                ("leader.replication.throttled.replicas", "0:1,0:2", AlterConfigOpType.SET),
+                ("follower.replication.throttled.replicas", "*", AlterConfigOpType.SET))
+    assert topic_configs(cf_admin, "throttle-lists")["leader.replication.throttled.replicas"] == "0:1,0:2"
+    error = refusal(cf_admin, ResourceType.TOPIC, "throttle-lists",
+                    ("leader.replication.throttled.replicas", "0-1", AlterConfigOpType.SET))
+    assert error.code() == KafkaError.INVALID_CONFIG and "leader.replication.throttled.replicas" in error.str()
