@@ -153,6 +153,24 @@ def _topics_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _topics_alter(args: argparse.Namespace) -> int:
+    assignments = None
+    if args.replica_assignment:
+        try:
+            assignments = [[int(b) for b in part.split(":")] for part in args.replica_assignment.split(",")]
+        except ValueError:
+            raise SystemExit("floe topics alter: --replica-assignment is broker:broker,... per new partition") from None
+
+    async def run() -> None:
+        async with _client(args) as client:
+            await client.create_partitions(args.name, args.partitions, assignments, validate_only=args.validate_only)
+
+    asyncio.run(run())
+    verb = "validated" if args.validate_only else "altered"
+    print(f"{verb} topic {args.name}: {args.partitions} partitions")
+    return 0
+
+
 def _stdin_lines() -> Iterator[bytes]:
     stream: BinaryIO | None = getattr(sys.stdin, "buffer", None)
     if stream is None:
@@ -496,6 +514,13 @@ def build_parser() -> argparse.ArgumentParser:
     delete = topics.add_parser("delete", parents=[cluster], help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(func=_topics_delete)
+    alter = topics.add_parser("alter", parents=[cluster], help="add partitions to a topic (CreatePartitions)")
+    alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, required=True, help="the new partition count (more than now)")
+    alter.add_argument("--replica-assignment", metavar="B:B,B:B,...",
+                       help="the replicas of each new partition, as kafka-topics --alter takes them")
+    alter.add_argument("--validate-only", action="store_true", help="check without adding")
+    alter.set_defaults(func=_topics_alter)
 
     produce = commands.add_parser("produce", parents=[cluster], help="send stdin lines as records")
     produce.add_argument("topic")

@@ -397,6 +397,20 @@ class FloeClient:
         for result in response.responses:
             raise_for(result.error_code, result.error_message, topic=topic)
 
+    async def create_partitions(self, topic: str, total: int, assignments: Sequence[Sequence[int]] | None = None, *,
+                                validate_only: bool = False) -> None:
+        """CreatePartitions: grow ``topic`` to ``total`` partitions (``assignments``: the replicas of each new
+        one); raises KafkaError with the broker's code and message when it refuses."""
+        response = await self._send_to_controller(ApiKey.CREATE_PARTITIONS, {
+            "topics": [{"name": topic, "count": total, "assignments": None if assignments is None else [
+                {"broker_ids": list(replicas)} for replicas in assignments]}],
+            "timeout": datetime.timedelta(seconds=self.request_timeout_s), "validate_only": validate_only,
+        })
+        for result in response.results:
+            raise_for(result.error_code, result.error_message, topic=topic)
+        if not validate_only:
+            self.topics.pop(topic, None)
+
     async def alter_broker_configs(self, broker: int | None, set_configs: Mapping[str, str], delete: Sequence[str] = (),
                                    *, validate_only: bool = False) -> None:
         """IncrementalAlterConfigs on one broker's dynamic configs (``broker`` None: the cluster-wide

@@ -55,7 +55,8 @@ class MetadataStore(TopicCatalog, ProducerIdAllocator, BrokerConfigStore):
         grouped: dict[str, list[PartitionState]] = {name: [] for name in topics}
         for item in self.models.partition.scan(consistent_read=True):
             name = names_by_id.get(item.topic_id)
-            if name is not None:
+            # A partition at or above its topic's count is one CreatePartitions is still adding.
+            if name is not None and int(item.partition) < topics[name].num_partitions:
                 grouped[name].append(partition_from_item(item))
         partitions = {
             name: tuple(sorted(states, key=lambda p: p.partition)) for name, states in grouped.items()

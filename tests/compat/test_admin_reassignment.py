@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import (
@@ -29,7 +30,7 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
 
 # Two one-second windows: a throttled move is held to its rate after about one second's worth of bytes.
-OVERRIDES = {"replication.quota.window.num": "2", "replica.lag.time.max.ms": "5000",
+OVERRIDES = {"replication.quota.window.num": "2", "replica.lag.time.max.ms": "5000", "broker.session.timeout.ms": "10000",
              "auto.leader.rebalance.enable": "false"}
 
 
@@ -41,6 +42,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 @pytest.fixture(scope="module")
 def admin(stack: LocalStack) -> Iterator[KafkaAdminClient]:
+    # Every broker registered and known to the one answering, before kafka-python caches the cluster.
+    probe = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    wait_until(lambda: len(probe.list_topics(timeout=30).brokers) == 3, "three brokers", timeout_s=60, interval_s=0.2)
     client = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers, request_timeout_ms=60000)
     yield client
     client.close()
