@@ -5,6 +5,8 @@ INVALID_CONFIG naming it and nothing of that resource is applied; validate_only 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -16,10 +18,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kafka import KafkaConsumer, KafkaProducer
-from kafka.admin import AlterConfigOp, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import MessageSizeTooLargeError
 
+from broker_core.client import FloeClient
 from broker_core.local_stack import LocalStack
 from tests.support.waiting import wait_until
 
@@ -184,20 +187,23 @@ def broker_configs(admin: AdminClient, name: str) -> dict[str, tuple[str | None,
     return {key: (entry.value, ConfigSource(entry.source)) for key, entry in entries.items()}
 
 
-def cluster_default(kp_admin: KafkaAdminClient, configs: dict[str, object]) -> None:
-    """IncrementalAlterConfigs on the cluster-wide default (the BROKER resource named ""), through kafka-python
-    (confluent-kafka does not name that resource)."""
-    result = kp_admin.alter_configs([KpConfigResource(ConfigResourceType.BROKER, "", configs=configs)],
-                                    incremental=True)
-    assert result == {"broker": {"": "OK"}}
+def cluster_default(stack: LocalStack, set_configs: dict[str, str], delete: tuple[str, ...] = ()) -> None:
+    """IncrementalAlterConfigs on the cluster-wide default (the BROKER resource named "", kafka-configs
+    --entity-default), through Floe's client: confluent-kafka and kafka-python only name brokers by id."""
+
+    async def alter() -> None:
+        async with FloeClient(stack.bootstrap_servers) as client:
+            await client.alter_broker_configs(None, set_configs, delete)
+
+    asyncio.run(alter())
 
 
 def test_dynamic_broker_configs_apply_per_broker_over_the_cluster_default_and_show_their_source(
-        stack: LocalStack, cf_admin: AdminClient, kp_admin: KafkaAdminClient) -> None:
+        stack: LocalStack, cf_admin: AdminClient) -> None:
     broker_id = str(next(iter(cf_admin.list_topics(timeout=30).brokers)))
     rate = "leader.replication.throttled.rate"
     assert broker_configs(cf_admin, broker_id)[rate] == ("9223372036854775807", ConfigSource.DEFAULT_CONFIG)
-    cluster_default(kp_admin, {rate: "5000000"})
+    cluster_default(stack, {rate: "5000000"})
     assert broker_configs(cf_admin, broker_id)[rate] == ("5000000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
     incremental(cf_admin, ResourceType.BROKER, broker_id, (rate, "1000000", AlterConfigOpType.SET),
                 ("log.cleaner.threads", "2", AlterConfigOpType.SET))
@@ -211,7 +217,7 @@ def test_dynamic_broker_configs_apply_per_broker_over_the_cluster_default_and_sh
                timeout_s=30, interval_s=0.2)
     incremental(cf_admin, ResourceType.BROKER, broker_id, (rate, None, AlterConfigOpType.DELETE),
                 ("log.cleaner.threads", None, AlterConfigOpType.DELETE))
-    cluster_default(kp_admin, {rate: (AlterConfigOp.DELETE, None)})
+    cluster_default(stack, {}, (rate,))
     assert broker_configs(cf_admin, broker_id)[rate] == ("9223372036854775807", ConfigSource.DEFAULT_CONFIG)
 
 
