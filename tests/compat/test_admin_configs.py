@@ -206,19 +206,27 @@ def test_dynamic_broker_configs_apply_per_broker_over_the_cluster_default_and_sh
     cluster_default(stack, {rate: "5000000"})
     assert broker_configs(cf_admin, broker_id)[rate] == ("5000000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
     incremental(cf_admin, ResourceType.BROKER, broker_id, (rate, "1000000", AlterConfigOpType.SET),
-                ("log.cleaner.threads", "2", AlterConfigOpType.SET))
+                ("log.cleaner.backoff.ms", "200", AlterConfigOpType.SET))
     described = broker_configs(cf_admin, broker_id)
     assert described[rate] == ("1000000", ConfigSource.DYNAMIC_BROKER_CONFIG)
-    assert described["log.cleaner.threads"] == ("2", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert described["log.cleaner.backoff.ms"] == ("200", ConfigSource.DYNAMIC_BROKER_CONFIG)
     assert described["message.max.bytes"][1] is ConfigSource.DEFAULT_CONFIG
-    # Applied live: the cleaner restarts with two threads, as the broker's log says.
-    log_path = stack.directory / "logs" / f"broker-{broker_id}.log"
-    wait_until(lambda: "-> 2 threads" in log_path.read_text(errors="replace"), "the cleaner restarted",
-               timeout_s=30, interval_s=0.2)
     incremental(cf_admin, ResourceType.BROKER, broker_id, (rate, None, AlterConfigOpType.DELETE),
-                ("log.cleaner.threads", None, AlterConfigOpType.DELETE))
+                ("log.cleaner.backoff.ms", None, AlterConfigOpType.DELETE))
     cluster_default(stack, {}, (rate,))
     assert broker_configs(cf_admin, broker_id)[rate] == ("9223372036854775807", ConfigSource.DEFAULT_CONFIG)
+
+
+@pytest.mark.faults  # restarting the cleaner processes takes a while on a loaded machine
+def test_a_change_of_cleaner_threads_restarts_the_cleaners(stack: LocalStack, cf_admin: AdminClient) -> None:
+    broker_id = str(next(iter(cf_admin.list_topics(timeout=30).brokers)))
+    incremental(cf_admin, ResourceType.BROKER, broker_id, ("log.cleaner.threads", "2", AlterConfigOpType.SET))
+    log_path = stack.directory / "logs" / f"broker-{broker_id}.log"
+    wait_until(lambda: "-> 2 threads" in log_path.read_text(errors="replace"), "the cleaner restarted",
+               timeout_s=60, interval_s=0.2)
+    incremental(cf_admin, ResourceType.BROKER, broker_id, ("log.cleaner.threads", None, AlterConfigOpType.DELETE))
+    wait_until(lambda: "-> 1 threads" in log_path.read_text(errors="replace"), "the cleaner restarted again",
+               timeout_s=60, interval_s=0.2)
 
 
 def test_a_bad_dynamic_value_or_a_static_name_refuses_the_whole_broker_resource(cf_admin: AdminClient) -> None:

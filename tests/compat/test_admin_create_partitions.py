@@ -32,15 +32,13 @@ def partition_count(admin: AdminClient, topic: str) -> int:
     return len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
 
 
-def grow(admin: AdminClient, topic: str, count: int, assignment: list[list[int]] | None = None,
-         validate_only: bool = False) -> None:
-    new = NewPartitions(topic, count, replica_assignment=assignment)
-    admin.create_partitions([new], validate_only=validate_only)[topic].result(timeout=30)
+def grow(admin: AdminClient, topic: str, count: int, validate_only: bool = False) -> None:
+    admin.create_partitions([NewPartitions(topic, count)], validate_only=validate_only)[topic].result(timeout=30)
 
 
-def refusal(admin: AdminClient, topic: str, count: int, assignment: list[list[int]] | None = None) -> KafkaError:
+def refusal(admin: AdminClient, topic: str, count: int) -> KafkaError:
     with pytest.raises(KafkaException) as caught:
-        grow(admin, topic, count, assignment)
+        grow(admin, topic, count)
     return caught.value.args[0]
 
 
