@@ -2,7 +2,8 @@
 admin client and `floe reassign` against three real brokers: a replica moves while a producer writes and
 every acknowledged record is read back from the new replicas; the old replica's log is deleted; a move
 held back by the replication throttle is listed and can be cancelled; bad targets get Kafka's errors;
-a move whose target broker is killed completes once it returns."""
+a move whose target broker is killed completes once it returns, and one whose leaving leader is killed
+completes from the new leader."""
 
 from __future__ import annotations
 
@@ -189,3 +190,31 @@ def test_a_move_whose_target_broker_dies_completes_once_it_returns(
     wait_until(lambda: replicas_and_isr(admin, "interrupted")[:2] == (target, sorted(target)),
                "the new replicas in sync", timeout_s=30, interval_s=0.2)
     assert len(read_all(stack, "interrupted")) == 500
+
+
+def test_a_move_whose_source_leader_dies_completes_from_the_new_leader(
+        stack: LocalStack, admin: KafkaAdminClient) -> None:
+    create(admin, "source-lost", 2)
+    # The leaving leader must not be the controller: its death would move the controller too (not this test).
+    controller = admin.describe_cluster()["controller_id"]
+    source, stays = [b for b in (1, 2, 3) if b != controller][0], controller
+    arriving = next(b for b in (1, 2, 3) if b not in (source, stays))
+    admin.alter_partition_reassignments({TopicPartition("source-lost", 0): [source, stays]})
+    wait_until(lambda: not admin.list_partition_reassignments() and replicas_and_isr(admin, "source-lost")
+               == ([source, stays], sorted([source, stays]), source), "the source leads", timeout_s=120, interval_s=0.2)
+    producer = KafkaProducer(bootstrap_servers=stack.bootstrap_servers, acks="all", retries=20)
+    for number in range(2000):
+        producer.send("source-lost", b"v-%d" % number + b"x" * 1000, partition=0)
+    producer.flush()
+    producer.close()
+    try:
+        stack.kill_broker(source, signal.SIGKILL)
+        assert admin.alter_partition_reassignments({TopicPartition("source-lost", 0): [stays, arriving]}) == {
+            TopicPartition("source-lost", 0): None}
+        wait_until(lambda: not admin.list_partition_reassignments(), "the move completes", timeout_s=120,
+                   interval_s=0.5)
+        wait_until(lambda: replicas_and_isr(admin, "source-lost") == ([stays, arriving], sorted([stays, arriving]), stays),
+                   "the new replicas in sync, led by the one that stayed", timeout_s=30, interval_s=0.2)
+        assert len(read_all(stack, "source-lost")) == 2000
+    finally:
+        stack.restart_broker(source)
