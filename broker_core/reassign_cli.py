@@ -11,7 +11,8 @@ One command, one action flag, Kafka's JSON files:
   ``--throttle`` (bytes/s) it first sets, as Kafka's tool does, the topic configs
   ``leader.replication.throttled.replicas`` (the current replicas of each moving partition) and
   ``follower.replication.throttled.replicas`` (the replicas being added), and
-  ``leader/follower.replication.throttled.rate`` on every broker involved (dynamic broker configs).
+  ``leader/follower.replication.throttled.rate`` on every broker involved (dynamic broker configs), and
+  waits until those brokers report the rates, so the moves start throttled.
 - ``--verify --reassignment-json-file P`` says, per partition, whether its move is complete; once all
   are, it removes the throttles (unless ``--preserve-throttles``). Exit status 0 when all are complete.
 - ``--cancel --reassignment-json-file P`` cancels the moves still in progress (the partitions go back
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from broker_core.client import FloeClient
+from broker_core.client import ClientError, FloeClient
 from broker_core.metadata.reassignment import balanced_plan
 from broker_core.quotas.replication import (
     FOLLOWER_RATE,
@@ -204,10 +205,26 @@ async def _set_throttles(client: FloeClient, plan: Mapping[Key, tuple[int, ...]]
         })
     for broker in sorted(brokers):
         await client.alter_broker_configs(broker, {LEADER_RATE: str(throttle), FOLLOWER_RATE: str(throttle)})
+    await _await_rates(client, brokers, str(throttle))
     if brokers:
         print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle "
               "is removed.")
         print(f"The inter-broker throttle limit was set to {throttle} B/s")
+
+
+async def _await_rates(client: FloeClient, brokers: Iterable[int], rate: str, timeout_s: float = 30.0) -> None:
+    """Wait until each broker reports the throttle rates (it read them with a metadata poll), so the moves
+    start throttled; a broker that does not answer is left to catch up on its own."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    for broker in sorted(brokers):
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                configs = await client.describe_broker_configs(broker)
+            except ClientError:
+                break
+            if all(configs.get(name, (None, 0))[0] == rate for name in (LEADER_RATE, FOLLOWER_RATE)):
+                break
+            await asyncio.sleep(0.1)
 
 
 def _merged(existing: str | None, pairs: set[tuple[int, int]]) -> str:
