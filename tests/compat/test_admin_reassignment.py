@@ -207,8 +207,11 @@ def placed(stack: LocalStack, admin: KafkaAdminClient, topic: str, replicas: lis
     """Create ``topic`` (two replicas) and move its replicas to ``replicas``, the first leading."""
     create(admin, topic, 2)
     reassign(stack, topic, replicas)
-    wait_until(lambda: not moving(stack) and state_of(stack, topic) == (replicas, sorted(replicas), replicas[0]),
+    wait_until(lambda: not moving(stack) and state_of(stack, topic)[:2] == (replicas, sorted(replicas)),
                "the replicas placed", timeout_s=120, interval_s=0.2)
+    with_client(stack, lambda client: client.elect_leaders([(topic, 0)]))  # the first replica leads
+    wait_until(lambda: state_of(stack, topic)[2] == replicas[0], "the first replica leads", timeout_s=60,
+               interval_s=0.2)
 
 
 def test_a_move_whose_target_broker_dies_completes_once_it_returns(
