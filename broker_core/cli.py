@@ -27,6 +27,7 @@ from broker_core.client import EARLIEST, LATEST, ClientError, FloeClient
 from broker_core.groups.cli import add_group_commands
 from broker_core.local_stack import DEFAULT_DIR, SECURITY_MODES, LocalStack, StackError, cluster_settings_of
 from broker_core.partitioner import partition_for_key
+from broker_core.reassign_cli import add_reassign_command
 from broker_core.records import Compression, Record, SimpleRecord
 from broker_core.security.acl_cli import add_acl_commands
 from broker_core.security.cli import add_user_commands
@@ -150,6 +151,24 @@ def _topics_delete(args: argparse.Namespace) -> int:
 
     asyncio.run(run())
     print(f"deleted topic {args.name}")
+    return 0
+
+
+def _topics_alter(args: argparse.Namespace) -> int:
+    assignments = None
+    if args.replica_assignment:
+        try:
+            assignments = [[int(b) for b in part.split(":")] for part in args.replica_assignment.split(",")]
+        except ValueError:
+            raise SystemExit("floe topics alter: --replica-assignment is broker:broker,... per new partition") from None
+
+    async def run() -> None:
+        async with _client(args) as client:
+            await client.create_partitions(args.name, args.partitions, assignments, validate_only=args.validate_only)
+
+    asyncio.run(run())
+    verb = "validated" if args.validate_only else "altered"
+    print(f"{verb} topic {args.name}: {args.partitions} partitions")
     return 0
 
 
@@ -326,7 +345,41 @@ def _quotas_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+_SOURCE_NAMES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+                 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG"}
+
+
+def _broker_entity(args: argparse.Namespace) -> int | None:
+    """The broker a `configs` command names (None: the cluster-wide default); SystemExit on a bad name."""
+    if args.entity_default:
+        return None
+    try:
+        return int(args.entity_name)
+    except ValueError:
+        raise SystemExit(f"floe configs: --entity-name {args.entity_name!r} is not a broker id") from None
+
+
+def _broker_configs_describe(args: argparse.Namespace) -> int:
+    broker = _broker_entity(args)
+
+    async def run() -> dict[str, tuple[str | None, int]]:
+        async with _client(args) as client:
+            return await client.describe_broker_configs(broker)
+
+    configs = asyncio.run(run())
+    print("Default configs for brokers in the cluster are:" if broker is None else f"All configs for broker {broker} are:")
+    for name in sorted(configs):
+        value, source = configs[name]
+        print(f"  {name}={'null' if value is None else value} ({_SOURCE_NAMES.get(source, source)})")
+    return 0
+
+
 def _configs_describe(args: argparse.Namespace) -> int:
+    if args.entity_type == "brokers":
+        return _broker_configs_describe(args)
+    if args.entity_default:
+        raise SystemExit("floe configs describe: --entity-default is for --entity-type brokers")
+
     async def run() -> dict[str, str | None]:
         async with _client(args) as client:
             return await client.describe_configs(args.entity_name)
@@ -343,6 +396,21 @@ def _configs_alter(args: argparse.Namespace) -> int:
     delete = [name.strip() for name in (args.delete_config or "").split(",") if name.strip()]
     if not set_configs and not delete:
         raise SystemExit("floe configs alter: give --add-config and/or --delete-config")
+
+    if args.entity_type == "brokers":
+        broker = _broker_entity(args)
+
+        async def alter_broker() -> None:
+            async with _client(args) as client:
+                await client.alter_broker_configs(broker, set_configs, delete, validate_only=args.validate_only)
+
+        asyncio.run(alter_broker())
+        verb = "Validated" if args.validate_only else "Completed updating"
+        print(f"{verb} default config for brokers in the cluster." if broker is None
+              else f"{verb} config for broker {broker}.")
+        return 0
+    if args.entity_default:
+        raise SystemExit("floe configs alter: --entity-default is for --entity-type brokers")
 
     async def run() -> None:
         async with _client(args) as client:
@@ -447,6 +515,13 @@ def build_parser() -> argparse.ArgumentParser:
     delete = topics.add_parser("delete", parents=[cluster], help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(func=_topics_delete)
+    alter = topics.add_parser("alter", parents=[cluster], help="add partitions to a topic (CreatePartitions)")
+    alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, required=True, help="the new partition count (more than now)")
+    alter.add_argument("--replica-assignment", metavar="B:B,B:B,...",
+                       help="the replicas of each new partition, as kafka-topics --alter takes them")
+    alter.add_argument("--validate-only", action="store_true", help="check without adding")
+    alter.set_defaults(func=_topics_alter)
 
     produce = commands.add_parser("produce", parents=[cluster], help="send stdin lines as records")
     produce.add_argument("topic")
@@ -500,12 +575,16 @@ def build_parser() -> argparse.ArgumentParser:
     configs = commands.add_parser("configs", help="topic configs, as kafka-configs alters and describes them"
                                   ).add_subparsers(dest="configs_command", required=True)
     topic_entity = argparse.ArgumentParser(add_help=False)
-    topic_entity.add_argument("--entity-type", choices=("topics",), default="topics")
-    topic_entity.add_argument("--entity-name", "--topic", dest="entity_name", required=True, metavar="TOPIC")
-    describe_configs = configs.add_parser("describe", parents=[cluster, topic_entity], help="a topic's configs")
+    topic_entity.add_argument("--entity-type", choices=("topics", "brokers"), default="topics")
+    named = topic_entity.add_mutually_exclusive_group(required=True)
+    named.add_argument("--entity-name", "--topic", dest="entity_name", metavar="TOPIC|BROKER_ID")
+    named.add_argument("--entity-default", action="store_true",
+                       help="with --entity-type brokers: the cluster-wide default of the dynamic broker configs")
+    describe_configs = configs.add_parser("describe", parents=[cluster, topic_entity],
+                                          help="a topic's configs, or a broker's with their sources")
     describe_configs.set_defaults(func=_configs_describe)
     alter_configs = configs.add_parser("alter", parents=[cluster, topic_entity],
-                                       help="set and delete a topic's configs, all or nothing")
+                                       help="set and delete a topic's configs or a broker's dynamic ones, all or nothing")
     alter_configs.add_argument("--add-config", metavar="KEY=VALUE,...", help="settings to set")
     alter_configs.add_argument("--delete-config", metavar="KEY,...", help="settings to return to their default")
     alter_configs.add_argument("--validate-only", action="store_true", help="check without applying")
@@ -526,6 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
     elect.add_argument("--partition", type=int)
     elect.add_argument("--all-topic-partitions", action="store_true")
     elect.set_defaults(func=_leaders_elect)
+    add_reassign_command(commands, cluster, _client)
     add_user_commands(commands, cluster)
     add_acl_commands(commands, cluster, _client)
     return parser

@@ -25,8 +25,13 @@ _MINUTE_MS = 60 * 1000
 
 # DescribeConfigs config_source values (Kafka's ConfigSource ids).
 SOURCE_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+
+# The key of the cluster-wide default among the dynamic broker configs (broker_core.metadata.broker_configs).
+DYNAMIC_DEFAULT = "<default>"
 
 
 class Scope(enum.Enum):
@@ -76,6 +81,7 @@ class Setting:
     minimum: int | None = None
     log_field: str | None = None
     public: bool = True
+    dynamic: bool = False  # BROKER: may be changed live, per broker or cluster-wide (IncrementalAlterConfigs)
 
     @property
     def allowed(self) -> tuple[str, ...]:
@@ -88,8 +94,9 @@ class Setting:
         return self.synonyms[0].name if self.synonyms else None
 
 
-def _broker(name: str, kind: Kind, default: object, doc: str, *, public: bool = True) -> Setting:
-    return Setting(name, Scope.BROKER, kind, str(default), doc, public=public)
+def _broker(name: str, kind: Kind, default: object, doc: str, *, public: bool = True, dynamic: bool = False,
+            minimum: int | None = None) -> Setting:
+    return Setting(name, Scope.BROKER, kind, str(default), doc, minimum=minimum, public=public, dynamic=dynamic)
 
 
 def _topic(
@@ -142,6 +149,15 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("leader.imbalance.check.interval.seconds", _INT, 300, "How often the controller checks leader imbalance."),
     _broker("leader.imbalance.per.broker.percentage", _INT, 10,
             "The share (percent) of a broker's preferred partitions that may be led elsewhere before a rebalance."),
+    # Replication throttles (KIP-73), as kafka-reassign-partitions --throttle sets them; see docs/operations.md.
+    _broker("leader.replication.throttled.rate", _INT, INT64_MAX,
+            "Bytes per second a leader sends to the out-of-sync followers of the replicas its topics list in"
+            " leader.replication.throttled.replicas; the default is unlimited.", dynamic=True, minimum=0),
+    _broker("follower.replication.throttled.rate", _INT, INT64_MAX,
+            "Bytes per second a follower fetches for the out-of-sync replicas its topics list in"
+            " follower.replication.throttled.replicas; the default is unlimited.", dynamic=True, minimum=0),
+    _broker("replication.quota.window.num", _INT, 11, "Samples the replication throttles' rates are measured over."),
+    _broker("replication.quota.window.size.seconds", _INT, 1, "Length of one sample of the replication throttles."),
     _broker("request.timeout.ms", _INT, 30000, "How long a broker waits for another broker's response."),
     _broker("log.retention.check.interval.ms", _INT, 300000, "How often local retention runs."),
     _broker("offsets.retention.minutes", _INT, 10080, "How long an empty group's committed offsets are kept."),
@@ -327,14 +343,15 @@ SETTINGS: tuple[Setting, ...] = (
            "How long a tombstone (a null value) stays readable after the cleaner first saw it.",
            "log.cleaner.delete.retention.ms", log_field="delete_retention_ms"),
     _broker("log.cleaner.threads", _INT, 1, "Logs cleaned at once, each by a cleaner process of its own (Kafka's threads; processes keep the"
-            " cleaning's Python work off the broker's GIL)."),
+            " cleaning's Python work off the broker's GIL).", dynamic=True, minimum=1),
     _broker("log.cleaner.dedupe.buffer.size", _INT, 128 * 1024 * 1024,
             "Budget of the cleaners' key maps, shared by the cleaners; keys are counted at 24 bytes each as Kafka"
-            " counts them (a Python map uses more per key)."),
-    _broker("log.cleaner.backoff.ms", _INT, 15000, "How long a cleaner waits when no log needs cleaning."),
+            " counts them (a Python map uses more per key).", dynamic=True, minimum=1024 * 1024),
+    _broker("log.cleaner.backoff.ms", _INT, 15000, "How long a cleaner waits when no log needs cleaning.",
+            dynamic=True, minimum=0),
     _broker("log.cleaner.io.max.bytes.per.second", _DOUBLE, "1.7976931348623157E308",
             "Bytes per second the cleaners read and write together (each holds an equal share); the default is"
-            " unlimited."),
+            " unlimited.", dynamic=True, minimum=1),
     _topic("compression.type", _STRING, "producer", "Accepted for Kafka tools; batches are stored as the producer compressed them.",
            "compression.type", choices=("producer", "uncompressed")),
     _topic("local.retention.bytes", _INT, -2, "Local size limit of a tiered topic; -2 is retention.bytes.",
@@ -344,6 +361,12 @@ SETTINGS: tuple[Setting, ...] = (
     _topic("min.insync.replicas", _INT, 1, "In-sync replicas an acks=all produce needs.",
            "min.insync.replicas", minimum=1),
     _topic("remote.storage.enable", _BOOLEAN, "false", "Tier sealed segments to S3."),
+    _topic("leader.replication.throttled.replicas", _STRING, "",
+           "Replicas (partition:broker,... or *) whose leader is held to leader.replication.throttled.rate"
+           " when it serves an out-of-sync follower."),
+    _topic("follower.replication.throttled.replicas", _STRING, "",
+           "Replicas (partition:broker,... or *) that fetch within follower.replication.throttled.rate while"
+           " out of sync."),
     _topic("unclean.leader.election.enable", _BOOLEAN, "false", "Elect a leader outside the ISR when none is left.",
            "unclean.leader.election.enable"),
     # Resource limits (issue 22): decompression and partition counts. See docs/operations.md.
@@ -453,18 +476,75 @@ def describe_topic_configs(
     ]
 
 
-def describe_broker_configs(overrides: Mapping[str, str], keys: set[str] | None) -> list[ConfigEntry]:
-    """The public broker settings and every override (or those named in ``keys``), by name, with their source."""
+def live_broker_entry(name: str, broker_id: int, overrides: Mapping[str, str],
+                      dynamic: Mapping[str, Mapping[str, str]]) -> ConfigEntry:
+    """A broker setting's value now, and its source: for a dynamic setting the broker's own dynamic
+    value, else the cluster-wide dynamic default (``dynamic``, as the metadata image carries them);
+    then the broker's static override, else the default."""
+    setting = BROKER_SETTINGS.get(name)
+    if setting is not None and setting.dynamic:
+        own = dynamic.get(str(broker_id), {})
+        if name in own:
+            return ConfigEntry(name, own[name], SOURCE_DYNAMIC_BROKER)
+        cluster = dynamic.get(DYNAMIC_DEFAULT, {})
+        if name in cluster:
+            return ConfigEntry(name, cluster[name], SOURCE_DYNAMIC_DEFAULT_BROKER)
+    source = SOURCE_STATIC_BROKER if name in overrides else SOURCE_DEFAULT
+    return ConfigEntry(name, broker_setting(overrides, name), source)
+
+
+def live_broker_setting(name: str, broker_id: int, overrides: Mapping[str, str],
+                        dynamic: Mapping[str, Mapping[str, str]]) -> str:
+    """`live_broker_entry`'s value."""
+    return live_broker_entry(name, broker_id, overrides, dynamic).value or ""
+
+
+def check_dynamic_broker_config(name: str, value: str) -> None:
+    """Refuse (ConfigError naming it) a setting that cannot be changed live or a value it cannot take."""
+    setting = BROKER_SETTINGS.get(name)
+    if setting is None:
+        raise ConfigError(f"unknown broker config {name!r}")
+    if not setting.dynamic:
+        raise ConfigError(f"cannot update {name} dynamically; the dynamic broker configs are "
+                          f"{', '.join(sorted(n for n, s in BROKER_SETTINGS.items() if s.dynamic))}")
+    try:
+        if setting.kind is Kind.INT:
+            number: float = int(value)
+        elif setting.kind is Kind.DOUBLE:
+            number = float(value)
+        elif setting.kind is Kind.BOOLEAN:
+            bool_setting({name: value}, name)
+            return
+        else:
+            return
+    except ValueError:
+        raise ConfigError(f"{name} must be {'an integer' if setting.kind is Kind.INT else 'a number'}, "
+                          f"got {value!r}") from None
+    if setting.minimum is not None and number < setting.minimum:
+        raise ConfigError(f"{name} must be at least {setting.minimum}, got {value!r}")
+
+
+def describe_broker_configs(overrides: Mapping[str, str], keys: set[str] | None, broker_id: int = -1,
+                            dynamic: Mapping[str, Mapping[str, str]] | None = None) -> list[ConfigEntry]:
+    """The public broker settings and every override (or those named in ``keys``), by name, with their
+    source (dynamic ones from ``dynamic``, as `live_broker_entry` resolves them)."""
     entries = []
     for name in sorted(set(BROKER_DEFAULTS) | set(overrides)):
         if keys is not None and name not in keys:
             continue
-        source = SOURCE_STATIC_BROKER if name in overrides else SOURCE_DEFAULT
+        entry = live_broker_entry(name, broker_id, overrides, dynamic or {})
         if is_sensitive(name):
-            entries.append(ConfigEntry(name, None, source, sensitive=True))
+            entries.append(ConfigEntry(name, None, entry.source, sensitive=True))
         else:
-            entries.append(ConfigEntry(name, broker_setting(overrides, name), source))
+            entries.append(entry)
     return entries
+
+
+def describe_dynamic_default_configs(dynamic: Mapping[str, Mapping[str, str]], keys: set[str] | None
+                                     ) -> list[ConfigEntry]:
+    """The cluster-wide dynamic defaults (the BROKER resource named ""), as Kafka describes them."""
+    return [ConfigEntry(name, value, SOURCE_DYNAMIC_DEFAULT_BROKER)
+            for name, value in sorted(dynamic.get(DYNAMIC_DEFAULT, {}).items()) if keys is None or name in keys]
 
 
 def markdown_reference() -> str:
@@ -484,7 +564,8 @@ def markdown_reference() -> str:
     ]
     for s in BROKER_SETTINGS.values():
         hidden = "" if s.public else " Not listed by DescribeConfigs."
-        lines.append(f"| `{s.name}` | {_type_text(s)} | `{s.default}` | {s.doc}{hidden} |")
+        dynamic = " Dynamic: may be changed live (`floe configs alter --entity-type brokers`)." if s.dynamic else ""
+        lines.append(f"| `{s.name}` | {_type_text(s)} | `{s.default}` | {s.doc}{hidden}{dynamic} |")
     lines += [
         "",
         "## Topic settings",

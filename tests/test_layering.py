@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tiered storage", ("tiered_storage",)),
     ("entry points", (
         "broker_core.server.assembly", "broker_core.server.__main__", "broker_core.cli", "broker_core.top",
+        "broker_core.reassign_cli",
         "broker_core.groups.cli", "broker_core.transactions.cli", "broker_core.security.cli",
         "broker_core.security.acl_cli", "broker_core.local_moto", "broker_core.local_stack", "broker_core.demo",
         "broker_core.secured_demo",

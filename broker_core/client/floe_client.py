@@ -19,7 +19,12 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from broker_core.protocol.api_keys import ApiKey
-from broker_core.protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, RESOURCE_TOPIC
+from broker_core.protocol.messages import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+)
 from broker_core.records import Compression, RecordInput, build_batch, iter_headers, parse_header
 from broker_core.records.errors import TruncatedBatchError
 from broker_core.security.acls import (
@@ -218,6 +223,17 @@ class FloeClient:
                 return await connection.send(api_key, request)
         return await self._send_anywhere(api_key, request, idempotent=False)
 
+    async def _at_controller(self, api_key: int, request: Mapping[str, Any], attempts: int = 5) -> Any:
+        """Send to the controller; on NOT_CONTROLLER (it moved, and the request was not acted on)
+        refresh the metadata and send again, a few times, as Kafka's admin client does."""
+        for attempt in range(attempts):
+            await self.refresh_metadata([])
+            response = await self._send_to_controller(api_key, request)
+            if getattr(response, "error_code", ErrorCode.none) != ErrorCode.not_controller or attempt == attempts - 1:
+                return response
+            await self._backoff(attempt)
+        raise AssertionError("unreachable")
+
     async def _backoff(self, attempt: int) -> None:
         await asyncio.sleep(backoff_s(attempt, self.retry_backoff_s))
 
@@ -380,6 +396,99 @@ class FloeClient:
         }, idempotent=False)
         for result in response.responses:
             raise_for(result.error_code, result.error_message, topic=topic)
+
+    async def create_partitions(self, topic: str, total: int, assignments: Sequence[Sequence[int]] | None = None, *,
+                                validate_only: bool = False) -> None:
+        """CreatePartitions: grow ``topic`` to ``total`` partitions (``assignments``: the replicas of each new
+        one); raises KafkaError with the broker's code and message when it refuses."""
+        response = await self._send_to_controller(ApiKey.CREATE_PARTITIONS, {
+            "topics": [{"name": topic, "count": total, "assignments": None if assignments is None else [
+                {"broker_ids": list(replicas)} for replicas in assignments]}],
+            "timeout": datetime.timedelta(seconds=self.request_timeout_s), "validate_only": validate_only,
+        })
+        for result in response.results:
+            raise_for(result.error_code, result.error_message, topic=topic)
+        if not validate_only:
+            self.topics.pop(topic, None)
+
+    async def alter_broker_configs(self, broker: int | None, set_configs: Mapping[str, str], delete: Sequence[str] = (),
+                                   *, validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs on one broker's dynamic configs (``broker`` None: the cluster-wide
+        default); raises KafkaError with the broker's message (INVALID_CONFIG naming the setting)."""
+        configs = [{"name": k, "config_operation": 0, "value": v} for k, v in set_configs.items()]
+        configs += [{"name": k, "config_operation": 1, "value": None} for k in delete]
+        name = "" if broker is None else str(broker)
+        response = await self._send_anywhere(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+            "resources": [{"resource_type": RESOURCE_BROKER, "resource_name": name, "configs": configs}],
+            "validate_only": validate_only,
+        }, idempotent=False)
+        for result in response.responses:
+            raise_for(result.error_code, result.error_message)
+
+    async def describe_broker_configs(self, broker: int | None) -> dict[str, tuple[str | None, int]]:
+        """A broker's settings (``broker`` None: the cluster-wide dynamic defaults), each with its source
+        (Kafka's ConfigSource id), asked of that broker."""
+        request = {"resources": [{"resource_type": RESOURCE_BROKER, "resource_name": "" if broker is None else str(broker),
+                                  "configuration_keys": None}],
+                   "include_synonyms": False, "include_documentation": False}
+        if broker is None:
+            response = await self._send_anywhere(ApiKey.DESCRIBE_CONFIGS, request)
+        else:
+            await self.refresh_metadata([])
+            response = await (await self._connection(broker)).send(ApiKey.DESCRIBE_CONFIGS, request)
+        configs: dict[str, tuple[str | None, int]] = {}
+        for result in response.results:
+            raise_for(result.error_code, result.error_message)
+            configs.update((entry.name, (entry.value, int(entry.config_source))) for entry in result.configs)
+        return configs
+
+    async def alter_partition_reassignments(self, targets: Mapping[tuple[str, int], Sequence[int] | None]
+                                            ) -> dict[tuple[str, int], KafkaError | None]:
+        """AlterPartitionReassignments at the controller: each partition's target replicas (None cancels);
+        per partition None when accepted, else the KafkaError it got."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), replicas in targets.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": partition, "replicas": None if replicas is None else list(replicas)})
+        response = await self._at_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+            "timeout": datetime.timedelta(seconds=self.request_timeout_s),
+            "topics": [{"name": topic, "partitions": parts} for topic, parts in by_topic.items()],
+        })
+        raise_for(response.error_code, response.error_message)
+        return {(r.name, p.partition_index): None if p.error_code == ErrorCode.none else
+                KafkaError(p.error_code, p.error_message, topic=r.name, partition=p.partition_index)
+                for r in response.responses for p in r.partitions}
+
+    async def list_partition_reassignments(self, partitions: Sequence[tuple[str, int]] | None = None
+                                           ) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+        """The reassignments in progress (of ``partitions``; None: all): (replicas, adding, removing) each."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions or ():
+            by_topic.setdefault(topic, []).append(partition)
+        response = await self._at_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS, {
+            "timeout": datetime.timedelta(seconds=self.request_timeout_s),
+            "topics": None if partitions is None else [
+                {"name": topic, "partition_indexes": indexes} for topic, indexes in by_topic.items()],
+        })
+        raise_for(response.error_code, response.error_message)
+        return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+                for t in response.topics for p in t.partitions}
+
+    async def partition_sizes(self) -> dict[tuple[str, int], int]:
+        """Each partition's size in bytes: the largest of its replicas' logs, asked of every broker
+        (DescribeLogDirs)."""
+        await self.refresh_metadata([])
+        sizes: dict[tuple[str, int], int] = {}
+        for node_id in list(self.brokers):
+            connection = await self._connection(node_id)
+            response = await connection.send(ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
+            raise_for(getattr(response, "error_code", ErrorCode.none))  # a top-level error since v3
+            for result in response.results:
+                for topic in result.topics:
+                    for p in topic.partitions:
+                        key = (topic.name, p.partition_index)
+                        sizes[key] = max(sizes.get(key, 0), int(p.partition_size))
+        return sizes
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """DeleteRecords on the partition's leader: move its log start to ``offset`` (-1: the high

@@ -171,3 +171,24 @@ class PolicyViolationError(MetadataError):
         super().__init__(reason)
         self.limit = limit
         self.reason = reason
+
+
+class PartitionCountError(MetadataError):
+    """CreatePartitions asked for no more partitions than the topic has (Kafka's INVALID_PARTITIONS)."""
+
+    kafka_error_code: ClassVar[int] = 37  # INVALID_PARTITIONS
+
+    def __init__(self, topic: str, current: int, requested: int) -> None:
+        if requested == current:
+            message = f"Topic {topic} already has {current} partitions."
+        else:
+            message = (f"Topic {topic} currently has {current} partitions, which is higher than the requested "
+                       f"{requested}.")
+        super().__init__(message)
+        self.topic, self.current, self.requested = topic, current, requested
+
+
+class InvalidReplicaAssignmentError(MetadataError):
+    """A manual replica assignment Kafka would refuse (INVALID_REPLICA_ASSIGNMENT); the message says why."""
+
+    kafka_error_code: ClassVar[int] = 39  # INVALID_REPLICA_ASSIGNMENT

@@ -9,6 +9,7 @@ it; nothing writes it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .state import BrokerRegistration, BrokerState, ClusterSnapshot, PartitionState, TopicDescription
@@ -16,7 +17,7 @@ from .state import BrokerRegistration, BrokerState, ClusterSnapshot, PartitionSt
 
 @dataclass
 class MetadataImage:
-    """Brokers by id, topics by name and by id, partition states by (topic, partition)."""
+    """Brokers by id, topics by name and by id, partition states by (topic, partition), dynamic broker configs."""
 
     version: int = -1
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
@@ -24,10 +25,12 @@ class MetadataImage:
     topics_by_id: dict[str, TopicDescription] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
     controller_id: int = -1
+    # Dynamic broker configs ("<default>" and broker ids as strings), as broker_core.settings reads them.
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_snapshot(cls, snapshot: ClusterSnapshot, controller_id: int = -1) -> MetadataImage:
-        image = cls(version=snapshot.version, controller_id=controller_id)
+        image = cls(version=snapshot.version, controller_id=controller_id, broker_configs=snapshot.broker_configs)
         for broker in snapshot.brokers:
             image.brokers[broker.broker_id] = broker
         for topic in snapshot.topics.values():

@@ -12,6 +12,9 @@
   that registers again always gets a larger epoch than any it had before.
 - ``item="producer_ids"``: ``next_start`` of the next free producer-id block and ``version``,
   updated only on a condition on ``version``.
+- ``item="broker_configs"``: the dynamic broker configs (IncrementalAlterConfigs on BROKER resources):
+  ``configs`` maps ``<default>`` (the cluster-wide default) or a broker id to its settings, and
+  ``version`` is the condition of every change.
 
 ``<prefix>brokers`` (hash key ``broker_id``, number): one registration per broker id, replaced on
 re-registration; ``broker_epoch``, ``host``, ``port``, ``rack``, ``state``, ``heartbeat``
@@ -23,7 +26,8 @@ change, the condition of config updates), ``created_at_ms``.
 
 ``<prefix>partitions`` (hash key ``topic_id``, string; range key ``partition``, number):
 ``topic`` (name), ``replicas`` and ``isr`` (number lists), ``leader`` (-1 = none),
-``leader_epoch``, ``partition_epoch`` (bumped by every update; the condition of updates). Keyed by
+``leader_epoch``, ``partition_epoch`` (bumped by every update; the condition of updates),
+``adding_replicas`` and ``removing_replicas`` (number lists, during a reassignment). Keyed by
 topic id rather than name so that partitions written by a losing concurrent create, or left by a
 delete, never mix with those of a topic of the same name.
 
@@ -58,6 +62,7 @@ CONTROLLER_ITEM = "controller"
 METADATA_VERSION_ITEM = "metadata_version"
 BROKER_EPOCH_ITEM = "broker_epoch"
 PRODUCER_IDS_ITEM = "producer_ids"
+BROKER_CONFIGS_ITEM = "broker_configs"
 
 
 
@@ -83,6 +88,12 @@ class ProducerIdBlockItem(Model):
     item = UnicodeAttribute(hash_key=True)
     next_start = NumberAttribute()
     version = NumberAttribute()
+
+
+class BrokerConfigsItem(Model):
+    item = UnicodeAttribute(hash_key=True)
+    configs = MapAttribute(default=dict)  # resource ("<default>" or a broker id) -> {setting: value}
+    version = NumberAttribute(default=0)
 
 
 class BrokerItem(Model):
@@ -117,6 +128,9 @@ class PartitionItem(Model):
     leader_epoch = NumberAttribute()
     partition_epoch = NumberAttribute()
     isr = ListAttribute(of=NumberAttribute)
+    # KIP-455 reassignment in progress; absent (or empty) when none is.
+    adding_replicas = ListAttribute(of=NumberAttribute, null=True)
+    removing_replicas = ListAttribute(of=NumberAttribute, null=True)
 
 
 @dataclass(frozen=True)
@@ -127,6 +141,7 @@ class BoundModels:
     metadata_version: type[MetadataVersionItem]
     broker_epoch_counter: type[BrokerEpochCounterItem]
     producer_id_block: type[ProducerIdBlockItem]
+    broker_configs: type[BrokerConfigsItem]
     broker: type[BrokerItem]
     topic: type[TopicItem]
     partition: type[PartitionItem]
@@ -138,6 +153,7 @@ class BoundModels:
             self.metadata_version,
             self.broker_epoch_counter,
             self.producer_id_block,
+            self.broker_configs,
             self.broker,
             self.topic,
             self.partition,
@@ -158,6 +174,7 @@ def bind_models(settings: AwsSettings) -> BoundModels:
         "metadata_version": bind_model(MetadataVersionItem, settings, CLUSTER_TABLE),
         "broker_epoch_counter": bind_model(BrokerEpochCounterItem, settings, CLUSTER_TABLE),
         "producer_id_block": bind_model(ProducerIdBlockItem, settings, CLUSTER_TABLE),
+        "broker_configs": bind_model(BrokerConfigsItem, settings, CLUSTER_TABLE),
         "broker": bind_model(BrokerItem, settings, BROKERS_TABLE),
         "topic": bind_model(TopicItem, settings, TOPICS_TABLE),
         "partition": bind_model(PartitionItem, settings, PARTITIONS_TABLE),

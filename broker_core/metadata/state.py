@@ -69,7 +69,9 @@ class PartitionState:
 
     ``leader_epoch`` changes only when the leader changes; ``partition_epoch`` changes on every
     update and is the version a conditional update must name. ``leader`` is NO_LEADER (-1) when no
-    replica may lead.
+    replica may lead. During a reassignment (KIP-455) ``replicas`` holds the target replicas followed
+    by those being removed; ``adding_replicas`` are the targets not yet fully in the ISR and
+    ``removing_replicas`` those that leave when the move completes; both are empty otherwise.
     """
 
     topic: str
@@ -80,6 +82,22 @@ class PartitionState:
     leader_epoch: int
     partition_epoch: int
     isr: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replicas the partition has once an ongoing reassignment completes (``replicas`` otherwise)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas the partition had before an ongoing reassignment (what a cancel goes back to)."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
     def with_leader(self, leader: int, isr: Iterable[int]) -> PartitionState:
         """A proposed state with a new leader and ISR; bumps the leader epoch if the leader changes."""
@@ -106,6 +124,8 @@ class ClusterSnapshot:
     brokers: tuple[BrokerRegistration, ...]
     topics: Mapping[str, TopicDescription]
     partitions: Mapping[str, tuple[PartitionState, ...]] = field(default_factory=dict)
+    # Dynamic broker configs: "<default>" and broker ids (as strings) to their settings.
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def live_brokers(self) -> tuple[BrokerRegistration, ...]:
         return tuple(b for b in self.brokers if b.state is BrokerState.RUNNING)

@@ -4,7 +4,7 @@ Brokers, front ends and the controller all go through this class; it hands out t
 dataclasses of ``broker_core.metadata.state`` and never pynamodb items. It is assembled from one
 module per job: ``tables`` (the tables, transactions and the metadata version every change bumps),
 ``brokers`` (registrations, heartbeats, fencing), ``topics`` (topics, configs and partitions) and
-``producer_ids`` (producer-id blocks); this module adds what reads across them, the cluster
+``producer_ids`` (producer-id blocks), ``broker_configs`` (dynamic broker configs); this module adds what reads across them, the cluster
 snapshot. Every write that can race is conditional on an integer: broker epoch for broker writes,
 partition epoch for partition updates, controller epoch (checked on the lease item in the same
 transaction) for controller writes, ``config_version`` for topic configs, ``version`` for
@@ -20,6 +20,7 @@ DynamoDB being unreachable surfaces as MetadataUnavailableError.
 
 from __future__ import annotations
 
+from broker_core.metadata.broker_configs import BrokerConfigStore
 from broker_core.metadata.producer_ids import ProducerIdAllocator
 from broker_core.metadata.state import ClusterSnapshot, PartitionState
 from broker_core.metadata.tables import metadata_failures
@@ -28,7 +29,7 @@ from broker_core.metadata.topics import TopicCatalog, partition_from_item, valid
 __all__ = ["MetadataStore", "validate_topic_name"]
 
 
-class MetadataStore(TopicCatalog, ProducerIdAllocator):
+class MetadataStore(TopicCatalog, ProducerIdAllocator, BrokerConfigStore):
     """Cluster metadata in four DynamoDB tables named ``settings.table_prefix`` + base name.
 
     Partition items whose topic id no topic refers to (left by a process that died while creating
@@ -54,9 +55,11 @@ class MetadataStore(TopicCatalog, ProducerIdAllocator):
         grouped: dict[str, list[PartitionState]] = {name: [] for name in topics}
         for item in self.models.partition.scan(consistent_read=True):
             name = names_by_id.get(item.topic_id)
-            if name is not None:
+            # A partition at or above its topic's count is one CreatePartitions is still adding.
+            if name is not None and int(item.partition) < topics[name].num_partitions:
                 grouped[name].append(partition_from_item(item))
         partitions = {
             name: tuple(sorted(states, key=lambda p: p.partition)) for name, states in grouped.items()
         }
-        return ClusterSnapshot(version=version, brokers=brokers, topics=topics, partitions=partitions)
+        return ClusterSnapshot(version=version, brokers=brokers, topics=topics, partitions=partitions,
+                               broker_configs=self.broker_configs())

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
+from pynamodb.exceptions import PutError
 from pynamodb.transactions import TransactWrite
 
 from broker_core.clock import wall_clock_ms
-from broker_core.dynamodb_tables import CONDITION_FAILED
+from broker_core.dynamodb_tables import CONDITION_FAILED, condition_failed
 from broker_core.metadata.assignment import assign_replicas_rack_unaware
 from broker_core.metadata.brokers import BrokerRegistry
 from broker_core.metadata.errors import (
@@ -32,9 +33,11 @@ from broker_core.metadata.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidPartitionStateError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     MetadataConflictError,
+    PartitionCountError,
     PartitionEpochConflictError,
     PolicyViolationError,
     TopicExistsError,
@@ -119,6 +122,31 @@ def _validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
     return dict(configs)
 
 
+def _check_assignments(assignments: Sequence[Sequence[int]], added: int, replication: int,
+                       registered: set[int]) -> list[list[int]]:
+    """Kafka's checks of CreatePartitions' manual assignments; InvalidReplicaAssignmentError says which failed."""
+    if len(assignments) != added:
+        raise InvalidReplicaAssignmentError(
+            f"Increasing the number of partitions by {added} but {len(assignments)} assignments provided.")
+    placed = []
+    for number, replicas in enumerate(assignments):
+        replicas = [int(r) for r in replicas]
+        if len(replicas) != replication:
+            raise InvalidReplicaAssignmentError(
+                f"Inconsistent replication factor between partitions: the topic has {replication} replicas per "
+                f"partition but assignment {number} has {len(replicas)}.")
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(
+                f"Duplicate brokers not allowed in replica assignment: {', '.join(map(str, replicas))} "
+                f"(assignment {number}).")
+        unknown = sorted(set(replicas) - registered)
+        if unknown:
+            raise InvalidReplicaAssignmentError(
+                f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+        placed.append(replicas)
+    return placed
+
+
 def _topic_from_item(item: TopicItem) -> TopicDescription:
     return TopicDescription(
         name=item.name,
@@ -141,6 +169,8 @@ def partition_from_item(item: PartitionItem) -> PartitionState:
         leader_epoch=int(item.leader_epoch),
         partition_epoch=int(item.partition_epoch),
         isr=tuple(int(r) for r in item.isr),
+        adding_replicas=tuple(int(r) for r in item.adding_replicas or ()),
+        removing_replicas=tuple(int(r) for r in item.removing_replicas or ()),
     )
 
 
@@ -158,6 +188,10 @@ def _check_partition_state(state: PartitionState) -> None:
         raise invalid(f"leader {state.leader} is not in the ISR {list(state.isr)}")
     if state.leader_epoch < 0:
         raise invalid(f"leader epoch {state.leader_epoch} is negative")
+    adding, removing = set(state.adding_replicas), set(state.removing_replicas)
+    if not (adding | removing) <= set(state.replicas) or adding & removing:
+        raise invalid(f"adding {list(state.adding_replicas)} and removing {list(state.removing_replicas)} must be "
+                      f"disjoint subsets of replicas {list(state.replicas)}")
 
 
 
@@ -226,6 +260,68 @@ class TopicCatalog(BrokerRegistry):
             self._delete_partition_items(partition_items)
             raise TopicExistsError(name)
         return _topic_from_item(topic_item)
+
+    @metadata_failures
+    def add_partitions(self, name: str, total: int, assignments: Sequence[Sequence[int]] | None = None,
+                       *, validate_only: bool = False) -> TopicDescription:
+        """CreatePartitions: grow the topic to ``total`` partitions, the new ones placed as given in
+        ``assignments`` (one replica list per new partition) or spread over the RUNNING brokers as
+        new topics are (continuing from the last partition).
+
+        The new partition items are written first, each only if absent, then the topic's partition
+        count, conditional on the count read, in a transaction that bumps the metadata version;
+        snapshots leave out partitions at or above a topic's count, so no broker sees a new partition
+        before the count says it exists. A lost race deletes what it wrote and raises
+        MetadataConflictError. Raises UnknownTopicError, PartitionCountError,
+        InvalidReplicaAssignmentError, InvalidReplicationFactorError; nothing is written on a refusal
+        or with ``validate_only``.
+        """
+        item = self._get_topic_item(name)
+        if item is None:
+            raise UnknownTopicError(name)
+        current, replication = int(item.num_partitions), int(item.replication_factor)
+        if not isinstance(total, int) or total <= current:
+            raise PartitionCountError(name, current, total)
+        added = total - current
+        brokers = self.list_brokers()
+        if assignments is not None:
+            placed = _check_assignments(assignments, added, replication, {b.broker_id for b in brokers})
+        else:
+            live = [b.broker_id for b in brokers if b.state is BrokerState.RUNNING]
+            if replication > len(live):
+                raise InvalidReplicationFactorError(replication, len(live))
+            placed = assign_replicas_rack_unaware(added, replication, live, start_partition=current)
+        description = _topic_from_item(item)
+        if validate_only:
+            return description
+        partition_model = self.models.partition
+        written: list[PartitionItem] = []
+        what = f"add partitions {current}..{total - 1} to topic {name}"
+        try:
+            for index, replicas in enumerate(placed, start=current):
+                partition_item = partition_model(
+                    item.topic_id, index, topic=name, replicas=list(replicas), leader=replicas[0], leader_epoch=0,
+                    partition_epoch=0, isr=list(replicas))
+                try:
+                    partition_item.save(condition=partition_model.topic_id.does_not_exist())
+                except PutError as err:
+                    if condition_failed(err):
+                        raise MetadataConflictError(what, 1) from err
+                    raise
+                written.append(partition_item)
+            topic = self.models.topic
+
+            def build(transaction: TransactWrite) -> None:
+                transaction.update(topic(name), actions=[topic.num_partitions.set(total)],
+                                   condition=(topic.topic_id == item.topic_id) & (topic.num_partitions == current))
+                self.add_version_bump(transaction)
+
+            if self.transact(what, build) is not None:
+                raise MetadataConflictError(what, 1)
+        except BaseException:
+            self._delete_partition_items(written)
+            raise
+        return replace(description, num_partitions=total)
 
     @metadata_failures
     def delete_topic(self, name: str) -> None:
@@ -365,6 +461,8 @@ class TopicCatalog(BrokerRegistry):
             partition.leader_epoch.set(new_state.leader_epoch),
             partition.isr.set(list(new_state.isr)),
             partition.partition_epoch.set(next_epoch),
+            partition.adding_replicas.set(list(new_state.adding_replicas)),
+            partition.removing_replicas.set(list(new_state.removing_replicas)),
         ]
 
         def build(transaction: TransactWrite) -> None:
@@ -384,6 +482,8 @@ class TopicCatalog(BrokerRegistry):
                 leader_epoch=new_state.leader_epoch,
                 partition_epoch=next_epoch,
                 isr=tuple(new_state.isr),
+                adding_replicas=tuple(new_state.adding_replicas),
+                removing_replicas=tuple(new_state.removing_replicas),
             )
         if controller_epoch is not None and codes[0] == CONDITION_FAILED:
             raise FencedControllerError(controller_epoch)

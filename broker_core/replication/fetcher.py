@@ -22,12 +22,16 @@ metadata version check at that cadence, for up to two session timeouts (a dead l
 within about one); a partition that joins a fetcher, or whose leader epoch changes, abandons a
 long poll already out for the others so that its truncation and first fetch start at once; and no
 long poll lasts past the moment a stalled partition is due to be retried.
+
+Replicas held to the follower replication throttle (`broker_core.quotas.replication`) sit fetches
+out while the broker's throttled replicas fetch above follower.replication.throttled.rate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,6 +50,8 @@ from broker_core.protocol.replica_fetch import (
     encode_replica_fetch,
     parse_fetch_response,
 )
+from broker_core.quotas.rates import WindowConfig
+from broker_core.quotas.replication import FOLLOWER_RATE, FOLLOWER_REPLICAS, ReplicationQuota, lists_replica
 from broker_core.records.errors import RecordsError
 
 if TYPE_CHECKING:
@@ -58,6 +64,8 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 _RETRY_BACKOFF_S = 0.2
 # How often a fetcher whose leader is gone or refusing retries and checks the metadata version.
 LEADER_RECHECK_S = 0.05
+# How long a fetcher whose every partition is held back by the replication throttle waits to look again.
+THROTTLE_BACKOFF_S = 0.1
 
 
 @dataclass
@@ -95,10 +103,12 @@ class ReplicaFetcher:
     `ReplicaFetcherManager` on the same loop.
     """
 
-    def __init__(self, context: BrokerContext, leader_id: int, fetcher_id: int = 0) -> None:
+    def __init__(self, context: BrokerContext, leader_id: int, fetcher_id: int = 0,
+                 throttle: ReplicationQuota | None = None) -> None:
         self.context = context
         self.leader_id = leader_id
         self.fetcher_id = fetcher_id
+        self.throttle = throttle
         self.partitions: dict[tuple[str, int], FollowedPartition] = {}
         self.session: FetchSessionHandler[tuple[str, int], FetchPosition] = FetchSessionHandler()
         self._connection: BrokerConnection | None = None
@@ -204,6 +214,16 @@ class ReplicaFetcher:
                 await self._close_connection()
                 await asyncio.sleep(_RETRY_BACKOFF_S)
 
+    def _throttles(self, partition: Partition) -> bool:
+        """Whether the follower throttle holds this replica: out of the ISR, listed in its topic's
+        follower.replication.throttled.replicas, and a rate set."""
+        me = self.context.config.broker_id
+        if self.throttle is None or me in partition.isr:
+            return False
+        described = self.context.image.topics.get(partition.topic)
+        listed = described.configs.get(FOLLOWER_REPLICAS, "") if described is not None else ""
+        return lists_replica(listed, partition.index, me) and self.throttle.limited()
+
     # truncation --------------------------------------------------------------------------------
 
     async def _truncate(self, connection: BrokerConnection, followed: list[FollowedPartition]) -> None:
@@ -264,6 +284,14 @@ class ReplicaFetcher:
         if due:
             wait_ms = min(wait_ms, int(min(due) * 1000))
         max_bytes = config.get_int("replica.fetch.max.bytes")
+        throttled = {(f.partition.topic, f.partition.index) for f in followed if self._throttles(f.partition)}
+        if throttled and self.throttle is not None and self.throttle.exceeded(time.monotonic()):
+            # As Kafka's follower: replicas held to follower.replication.throttled.rate sit this fetch out
+            # (the fetch session forgets them until they come back).
+            followed = [f for f in followed if (f.partition.topic, f.partition.index) not in throttled]
+            if not followed:
+                await asyncio.sleep(THROTTLE_BACKOFF_S)
+                return
         wanted = {(f.partition.topic, f.partition.index): FetchPosition(
             f.partition.index, f.leader_epoch, f.partition.log_end_offset, f.partition.log_start_offset, max_bytes)
             for f in followed}
@@ -312,6 +340,8 @@ class ReplicaFetcher:
             f = self.partitions.get((answer.topic, answer.partition))
             if f is None:
                 continue
+            if (answer.topic, answer.partition) in throttled and answer.records and self.throttle is not None:
+                self.throttle.record(len(answer.records), time.monotonic())
             refused |= await self._apply(connection, f, answer)
         if not refused:
             self._trouble_since = None
@@ -377,6 +407,11 @@ class ReplicaFetcherManager:
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}  # by (leader id, fetcher id)
         self._count = context.config.get_int("num.replica.fetchers")
         self._stopped = False
+        config = context.config
+        # One follower throttle for the broker, shared by its fetchers (broker_core.quotas.replication).
+        self.throttle = ReplicationQuota(
+            WindowConfig(config.get_int("replication.quota.window.num"), config.get_int("replication.quota.window.size.seconds")),
+            lambda: float(config.live(FOLLOWER_RATE, context.image.broker_configs)), time.monotonic())
 
     async def update(self) -> None:
         if self._stopped:
@@ -397,7 +432,7 @@ class ReplicaFetcherManager:
         for key, partitions in wanted.items():
             fetcher = self.fetchers.get(key)
             if fetcher is None:
-                fetcher = self.fetchers[key] = ReplicaFetcher(self.context, *key)
+                fetcher = self.fetchers[key] = ReplicaFetcher(self.context, *key, throttle=self.throttle)
             for partition in partitions:
                 fetcher.follow(partition)
 

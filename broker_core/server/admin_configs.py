@@ -12,8 +12,15 @@ checks and answers without writing. A change is written to DynamoDB with the top
 as the condition and the metadata version bumped, so every broker applies it live within one metadata
 poll (the partition logs take the new settings: retention, roll, cleanup.policy for the cleaner).
 
-Floe's broker settings are static (read at start from the broker's overrides), so every name in a
-BROKER resource is refused as read-only with INVALID_CONFIG naming it.
+A BROKER resource names one broker (its id) or, named "", the cluster-wide default. Only the
+settings the registry marks dynamic (`Setting.dynamic`: the replication throttles, the cleaner's)
+may be changed; any other name, or a value the setting cannot take, is INVALID_CONFIG naming it, and
+nothing of the resource is written. The values are stored in DynamoDB
+(`broker_core.metadata.broker_configs`), conditional on their version and with the metadata version
+bumped, so every broker applies them within one metadata poll; a broker's own value wins over the
+cluster-wide default, which wins over the broker's static setting (DescribeConfigs reports which:
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG).
+AlterConfigs replaces the resource's whole set of dynamic values.
 """
 
 from __future__ import annotations
@@ -30,7 +37,13 @@ from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import Request
 from broker_core.protocol.messages import NO_THROTTLE, RESOURCE_BROKER, RESOURCE_TOPIC, respond
 from broker_core.security.acls import AclOperation, ResourceType
-from broker_core.settings import BROKER_SETTINGS, effective
+from broker_core.settings import (
+    BROKER_SETTINGS,
+    DYNAMIC_DEFAULT,
+    ConfigError,
+    check_dynamic_broker_config,
+    effective,
+)
 
 from .authorization import allowed, cluster_allowed
 from .config import TopicConfigError, validate_topic_configs
@@ -57,7 +70,7 @@ class ConfigChangeError(Exception):
 
 
 def incremental_changes(current: Mapping[str, str], changes: list[tuple[str, int, str | None]],
-                        fallback: Mapping[str, str]) -> dict[str, str]:
+                        fallback: Mapping[str, str], list_settings: frozenset[str] = LIST_SETTINGS) -> dict[str, str]:
     """The topic's configs after IncrementalAlterConfigs' ``changes`` (name, operation, value).
 
     ``fallback`` gives a setting's effective value where the topic sets none (what APPEND/SUBTRACT
@@ -77,7 +90,7 @@ def incremental_changes(current: Mapping[str, str], changes: list[tuple[str, int
         elif operation == OP_DELETE:
             result.pop(name, None)
         elif operation in (OP_APPEND, OP_SUBTRACT):
-            if name not in LIST_SETTINGS:
+            if name not in list_settings:
                 verb = "append" if operation == OP_APPEND else "subtract"
                 raise ConfigChangeError(ErrorCode.invalid_config,
                                         f"config value {verb} is not allowed for config key: {name}")
@@ -129,10 +142,11 @@ class ConfigApis:
         for resource in body.resources:
             changes = [(c.name, int(c.config_operation), c.value) for c in resource.configs]
 
-            def apply(current: Mapping[str, str], changes: list[tuple[str, int, str | None]] = changes) -> dict[str, str]:
+            def apply(current: Mapping[str, str], changes: list[tuple[str, int, str | None]] = changes,
+                      topic: bool = resource.resource_type == RESOURCE_TOPIC) -> dict[str, str]:
                 fallback = {name: effective(current, self.context.config, name)
-                            for name, _, _ in changes if name in LIST_SETTINGS}
-                return incremental_changes(current, changes, fallback)
+                            for name, _, _ in changes if topic and name in LIST_SETTINGS}
+                return incremental_changes(current, changes, fallback, LIST_SETTINGS if topic else frozenset())
 
             responses.append(await self._alter(request, resource.resource_type, resource.resource_name,
                                                [name for name, _, _ in changes], apply, body.validate_only))
@@ -146,7 +160,7 @@ class ConfigApis:
             if resource_type == RESOURCE_TOPIC:
                 await self._alter_topic(request, name, change, validate_only)
             elif resource_type == RESOURCE_BROKER:
-                self._refuse_broker_change(request, name, names)
+                await self._alter_broker(request, name, names, change, validate_only)
             else:
                 raise ConfigChangeError(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
         except ConfigChangeError as exc:
@@ -188,15 +202,51 @@ class ConfigApis:
                  request.client_host, topic, updates, removals)
         await self.context.refresh_metadata()
 
-    def _refuse_broker_change(self, request: Request, name: str, names: list[str]) -> None:
+    async def _alter_broker(self, request: Request, name: str, names: list[str], change: Any,
+                            validate_only: bool) -> None:
         if not cluster_allowed(self.context.authorizer, request, AclOperation.ALTER_CONFIGS):
             raise ConfigChangeError(ErrorCode.cluster_authorization_failed, "Authorization failed.")
-        if name not in ("", str(self.context.config.broker_id)):
-            raise ConfigChangeError(ErrorCode.invalid_request, f"this is broker {self.context.config.broker_id}")
+        if name == "":
+            resource = DYNAMIC_DEFAULT
+        else:
+            try:
+                broker_id = int(name)
+            except ValueError:
+                broker_id = -1
+            if broker_id < 0:
+                raise ConfigChangeError(ErrorCode.invalid_request, f"{name!r} is not a broker id (or \"\" for the "
+                                        "cluster-wide default)")
+            resource = str(broker_id)
         for config in names:
-            if config not in BROKER_SETTINGS:
-                raise ConfigChangeError(ErrorCode.invalid_config, f"unknown broker config {config!r}")
-        if names:
-            raise ConfigChangeError(ErrorCode.invalid_config,
-                                    f"cannot update these configs dynamically: {', '.join(sorted(set(names)))}"
-                                    " (Floe's broker settings are read at start)")
+            setting = BROKER_SETTINGS.get(config)
+            if setting is None or not setting.dynamic:
+                try:
+                    check_dynamic_broker_config(config, setting.default if setting else "")
+                except ConfigError as exc:
+                    raise ConfigChangeError(ErrorCode.invalid_config, str(exc)) from None
+        store = self.context.store
+        try:
+            current = (await asyncio.to_thread(store.broker_configs)).get(resource, {})
+        except meta_errors.MetadataError as exc:
+            raise ConfigChangeError(ErrorCode.request_timed_out, str(exc)) from None
+        wanted = change(current)
+        for key, value in wanted.items():
+            if current.get(key) != value:
+                try:
+                    check_dynamic_broker_config(key, value)
+                except ConfigError as exc:
+                    raise ConfigChangeError(ErrorCode.invalid_config, str(exc)) from None
+        removals = [key for key in current if key not in wanted]
+        for key in removals:
+            if key not in BROKER_SETTINGS:
+                raise ConfigChangeError(ErrorCode.invalid_config, f"unknown broker config {key!r}")
+        updates = {key: value for key, value in wanted.items() if current.get(key) != value}
+        if validate_only or (not updates and not removals):
+            return
+        try:
+            await asyncio.to_thread(store.alter_broker_configs, resource, updates, removals)
+        except meta_errors.MetadataError as exc:
+            raise ConfigChangeError(ErrorCode.request_timed_out, str(exc)) from None
+        log.info("principal %s from %s altered dynamic configs of broker %s: set %s, removed %s",
+                 request.principal, request.client_host, name or "default", updates, removals)
+        await self.context.refresh_metadata()

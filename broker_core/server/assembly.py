@@ -34,6 +34,8 @@ from .acl_apis import AclApis
 from .admin_configs import ConfigApis
 from .admin_describe import ClusterDescriptions
 from .admin_leaders import LeaderElections
+from .admin_partitions import PartitionCreation
+from .admin_reassign import ReassignmentApis
 from .admin_records import RecordDeletion
 from .authorization import guard_credential_apis, guard_write_txn_markers
 from .broker import Broker, BrokerParts
@@ -74,7 +76,8 @@ def build_broker(config: BrokerConfig) -> Broker:
             **guard_credential_apis(credentials.api_handlers(), broker.authorizer),
             **AclApis(broker, acls).api_handlers(), **ConfigApis(broker).api_handlers(),
             **RecordDeletion(broker).api_handlers(), **ClusterDescriptions(broker).api_handlers(),
-            **LeaderElections(broker).api_handlers()}
+            **LeaderElections(broker).api_handlers(), **ReassignmentApis(broker).api_handlers(),
+            **PartitionCreation(broker, quotas).api_handlers()}
     for api_key, handler in apis.items():
         handlers.register(api_key, handler)
     handlers.set_transactions(transactions.init_producer_id)

@@ -8,7 +8,8 @@ Start-up: create the DynamoDB tables if missing, listen, register (getting a bro
 metadata snapshot and open the replicas assigned here. Then, until stopped, these loops run:
 heartbeat (re-registering with a new epoch if the controller fenced us), metadata poll (a consistent
 read of the version item; a new version means a new snapshot), the controller role (try the lease,
-and while holding it fence stalled brokers and elect leaders, at the metadata poll cadence), log
+and while holding it fence stalled brokers, elect leaders and complete partition reassignments whose
+new replicas are in sync, at the metadata poll cadence), log
 retention, the ISR check and the high-watermark checkpoint.
 pynamodb is synchronous, so every DynamoDB call runs in a worker thread, never on the event loop.
 
@@ -29,6 +30,7 @@ from typing import Protocol
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, MetadataError
 from broker_core.metadata.image import MetadataImage
+from broker_core.metadata.reassignment import PartitionReassignments
 from broker_core.metadata.state import BrokerState, PartitionState
 from broker_core.metadata.store import MetadataStore
 from broker_core.metrics.broker import BrokerMetrics
@@ -114,6 +116,7 @@ class Broker:
         session_ms = config.get_int("broker.session.timeout.ms")
         self.lease = ControllerLease(self.store, lease_duration_ms=session_ms)
         self.controller: Controller | None = None
+        self.reassignments = PartitionReassignments(self.store)
         self.heartbeat_observer = Controller(
             self.store, controller_epoch=NO_CONTROLLER_EPOCH,
             session_timeout_ms=config.get_int("broker.session.timeout.ms"),
@@ -388,6 +391,10 @@ class Broker:
         started = time.perf_counter()
         result = await asyncio.to_thread(self.controller.run_once)
         self._count_elections("broker_change", result.changed_partitions, started)
+        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch)
+        for state in completed:
+            log.info("reassignment of %s-%d completed: replicas %s, leader %d", state.topic, state.partition,
+                     list(state.replicas), state.leader)
         if self.config.get_bool("auto.leader.rebalance.enable") and loop.time() >= self._leader_rebalance_due:
             self._leader_rebalance_due = loop.time() + self.config.get_int("leader.imbalance.check.interval.seconds")
             started = time.perf_counter()

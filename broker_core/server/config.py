@@ -17,6 +17,12 @@ from pathlib import Path
 from broker_core.aws import AwsSettings
 from broker_core.client.security import ClientSecurity
 from broker_core.log.config import LogConfig
+from broker_core.quotas.replication import (
+    FOLLOWER_REPLICAS,
+    LEADER_REPLICAS,
+    ThrottledReplicasError,
+    parse_throttled_replicas,
+)
 from broker_core.security.principal import ANONYMOUS, KafkaPrincipal
 from broker_core.security.tls import client_context, keystore_principal
 from broker_core.settings import (
@@ -29,6 +35,7 @@ from broker_core.settings import (
     check_broker_overrides,
     effective,
     int_setting,
+    live_broker_setting,
 )
 
 from .listeners import BrokerListeners
@@ -58,6 +65,11 @@ class BrokerConfig:
 
     def get_bool(self, key: str) -> bool:
         return bool_setting(self.overrides, key)
+
+    def live(self, key: str, dynamic: Mapping[str, Mapping[str, str]]) -> str:
+        """A setting's value now: a dynamic setting's value from ``dynamic`` (the metadata image's
+        ``broker_configs``) for this broker or the whole cluster, else as `get` reads it."""
+        return live_broker_setting(key, self.broker_id, self.overrides, dynamic)
 
     @property
     def broker_rack(self) -> str | None:
@@ -130,7 +142,12 @@ def validate_topic_configs(configs: Mapping[str, str], broker: BrokerOverrides |
             raise TopicConfigError(f"unknown topic config {name!r}")
         if value is None:
             raise TopicConfigError(f"topic config {name!r} has no value")
-        if setting.allowed:
+        if name in (LEADER_REPLICAS, FOLLOWER_REPLICAS):
+            try:
+                parse_throttled_replicas(value)
+            except ThrottledReplicasError as exc:
+                raise TopicConfigError(f"{name}: {exc}") from None
+        elif setting.allowed:
             if value not in setting.allowed:
                 raise TopicConfigError(f"{name} must be one of {sorted(setting.allowed)}, got {value!r}")
         elif setting.kind is Kind.DOUBLE:

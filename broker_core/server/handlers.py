@@ -47,6 +47,13 @@ from broker_core.protocol.messages import (
 from broker_core.quotas.admin import QuotaFilter, describe, parse_alteration
 from broker_core.quotas.entities import REQUEST_PERCENTAGE, QuotaEntityError, client_identity
 from broker_core.quotas.loop_time import LoopTimed
+from broker_core.quotas.rates import WindowConfig
+from broker_core.quotas.replication import (
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    ReplicationQuota,
+    lists_replica,
+)
 from broker_core.quotas.store import QuotaStoreError
 from broker_core.records.control import ControlRecordType
 from broker_core.records.errors import (
@@ -57,9 +64,12 @@ from broker_core.records.header import iter_headers, parse_header
 from broker_core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from broker_core.security.producer_ids import owns_producer_id, transactional_owner
 from broker_core.settings import (
+    BROKER_SETTINGS,
     SOURCE_DEFAULT,
     SOURCE_TOPIC,
+    ConfigEntry,
     describe_broker_configs,
+    describe_dynamic_default_configs,
     describe_topic_configs,
 )
 
@@ -111,6 +121,11 @@ class RequestHandlers:
         self.remote_reads = remote_reads
         self.fetch_sessions = FetchSessionCache(context.config.get_int("max.incremental.fetch.session.cache.slots"))
         self.transactions: Handler | None = None
+        config = context.config
+        # Leader side of the replication throttle (broker_core.quotas.replication).
+        self.leader_throttle = ReplicationQuota(
+            WindowConfig(config.get_int("replication.quota.window.num"), config.get_int("replication.quota.window.size.seconds")),
+            lambda: float(config.live(LEADER_RATE, context.image.broker_configs)), time.monotonic())
         self.table: dict[int, Handler] = {
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
@@ -609,6 +624,9 @@ class RequestHandlers:
                     continue
             if limit <= 0 and total > 0:
                 continue
+            throttled = replica_id >= 0 and self._leader_throttles(image, name, partition, replica_id)
+            if throttled and self.leader_throttle.exceeded(time.monotonic()):
+                continue  # as Kafka: a throttled follower out of the ISR gets no records this time
             try:
                 file_slice = partition.log.read(p.fetch_offset, max(limit, 0), max_offset=upper,
                                                 min_one_batch=total == 0)
@@ -620,6 +638,8 @@ class RequestHandlers:
                 response["records"] = FileRecords(file_slice)
                 total += file_slice.length
                 remaining -= file_slice.length
+                if throttled:
+                    self.leader_throttle.record(file_slice.length, time.monotonic())
                 if read_committed:
                     response["aborted_transactions"] = _aborted_entries(partition.log.aborted_transactions(
                         p.fetch_offset, min(upper, file_slice.last_offset + 1)))
@@ -634,6 +654,17 @@ class RequestHandlers:
         racks = {b.broker_id: b.rack for b in image.live_brokers()}
         return preferred_read_replica(selector, client_rack, partition.broker_id, partition.isr, followers, racks,
                                       fetch_offset)
+
+    def _leader_throttles(self, image: Any, topic: str, partition: Any, replica_id: int) -> bool:
+        """Whether this leader's replication throttle applies to ``replica_id``'s fetch of the partition:
+        the topic lists this broker's replica in leader.replication.throttled.replicas, the follower is
+        out of the ISR, and a rate is set."""
+        if replica_id in partition.isr:
+            return False
+        described = image.topics.get(topic)
+        listed = described.configs.get(LEADER_REPLICAS, "") if described is not None else ""
+        return (lists_replica(listed, partition.index, self.context.config.broker_id)
+                and self.leader_throttle.limited())
 
     # ListOffsets -------------------------------------------------------------------------------
 
@@ -967,17 +998,23 @@ class RequestHandlers:
                     continue
                 entries = describe_topic_configs(described.configs, self.context.config, keys)
             elif resource.resource_type == RESOURCE_BROKER:
-                if resource.resource_name not in ("", str(self.context.config.broker_id)):
+                dynamic = self.context.image.broker_configs
+                if resource.resource_name == "":
+                    # The cluster-wide dynamic defaults, as Kafka describes the default broker resource.
+                    entries = describe_dynamic_default_configs(dynamic, keys)
+                elif resource.resource_name != str(self.context.config.broker_id):
                     result["error_code"] = ErrorCode.invalid_request
                     result["error_message"] = f"this is broker {self.context.config.broker_id}"
                     continue
-                entries = describe_broker_configs(self.context.config.overrides, keys)
+                else:
+                    entries = describe_broker_configs(self.context.config.overrides, keys,
+                                                      self.context.config.broker_id, dynamic)
             else:
                 result["error_code"] = ErrorCode.invalid_request
                 result["error_message"] = f"resource type {resource.resource_type} is not supported"
                 continue
             result["configs"] = [
-                {"name": e.name, "value": e.value, "read_only": e.source != SOURCE_TOPIC,
+                {"name": e.name, "value": e.value, "read_only": _read_only(resource.resource_type, e),
                  "config_source": e.source, "is_sensitive": e.sensitive, "is_default": e.source == SOURCE_DEFAULT,
                  "synonyms": [], "config_type": 0, "documentation": None}
                 for e in entries
@@ -1155,6 +1192,14 @@ def _below(data: bytes, upper: int) -> tuple[bytes, int]:
             return data[:position], min(upper, header.base_offset)
         end = position + header.size
     return data[:end], upper
+
+
+def _read_only(resource_type: int, entry: ConfigEntry) -> bool:
+    """DescribeConfigs' read_only: a topic's values other than its own as before, a broker's unless dynamic."""
+    if resource_type == RESOURCE_TOPIC:
+        return entry.source != SOURCE_TOPIC
+    setting = BROKER_SETTINGS.get(entry.name)
+    return setting is None or not setting.dynamic
 
 
 def _from_replica(request: Request) -> bool:

@@ -11,6 +11,8 @@ every record, and on a thread it would hold the GIL against the event loop (prod
 to 106 ms in bench/cleaner_bench.py on threads). With nothing to clean a worker waits log.cleaner.backoff.ms. Leaders and followers
 alike clean their own copy, each below its own high watermark, as Kafka's replicas do. Stopping sets
 an abort flag the threads check between batches and waits for them before the logs are closed.
+The log.cleaner.* broker settings are dynamic: backoff and dedupe buffer are read at each use, and a
+change of threads or I/O rate restarts the cleaners with the new values, as Kafka's reconfigure does.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from .context import BrokerContext
 from .partition import Partition
 
 log = logging.getLogger(__name__)
+# How often the service looks for changed dynamic cleaner settings (they arrive with the metadata image).
+RECONFIGURE_CHECK_S = 1.0
 
 
 class LogCleanerService:
@@ -47,19 +51,48 @@ class LogCleanerService:
 
     def __init__(self, context: BrokerContext) -> None:
         self.context = context
-        config = context.config
-        self.threads = max(1, config.get_int("log.cleaner.threads"))
-        self.backoff_s = config.get_int("log.cleaner.backoff.ms") / 1000
-        self.dedupe_buffer_bytes = config.get_int("log.cleaner.dedupe.buffer.size")
-        self.io_rate = float(config.get("log.cleaner.io.max.bytes.per.second"))
+        self.threads, self.io_rate = self._pool_settings()
         # spawn, not fork: the broker has threads running, which a forked child would inherit half-held.
         self._context = multiprocessing.get_context("spawn")
         self._abort = self._context.Event()
         self._executor: ProcessPoolExecutor | None = None
         self._tasks: list[asyncio.Task] = []
         self._cleaning: set[tuple[str, int]] = set()
+        self._watcher: asyncio.Task | None = None
+
+    def _live(self, name: str) -> str:
+        """A cleaner setting's value now: they are dynamic broker configs (changed live, per broker or cluster-wide)."""
+        return self.context.config.live(name, self.context.image.broker_configs)
+
+    @property
+    def backoff_s(self) -> float:
+        return int(self._live("log.cleaner.backoff.ms")) / 1000
+
+    @property
+    def dedupe_buffer_bytes(self) -> int:
+        return int(self._live("log.cleaner.dedupe.buffer.size"))
+
+    def _pool_settings(self) -> tuple[int, float]:
+        return max(1, int(self._live("log.cleaner.threads"))), float(self._live("log.cleaner.io.max.bytes.per.second"))
 
     async def start(self) -> None:
+        await self._start_pool()
+        self._watcher = asyncio.create_task(self._watch_settings(), name="log-cleaner-settings")
+
+    async def _watch_settings(self) -> None:
+        """As Kafka's LogCleaner.reconfigure: when log.cleaner.threads or log.cleaner.io.max.bytes.per.second
+        change, the cleaners stop (a pass under way is aborted and planned again) and start anew."""
+        while True:
+            await asyncio.sleep(RECONFIGURE_CHECK_S)
+            wanted = self._pool_settings()
+            if wanted != (self.threads, self.io_rate):
+                log.info("log cleaner: %d threads at %g bytes/s -> %d threads at %g bytes/s", self.threads,
+                         self.io_rate, *wanted)
+                await self._stop_pool()
+                self.threads, self.io_rate = wanted
+                await self._start_pool()
+
+    async def _start_pool(self) -> None:
         self._abort.clear()
         self._executor = ProcessPoolExecutor(
             self.threads, mp_context=self._context, initializer=init_cleaner_process,
@@ -68,6 +101,13 @@ class LogCleanerService:
         self._tasks = [asyncio.create_task(self._work(), name=f"log-cleaner-{n}") for n in range(self.threads)]
 
     async def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+            self._watcher = None
+        await self._stop_pool()
+
+    async def _stop_pool(self) -> None:
         self._abort.set()
         for task in self._tasks:
             task.cancel()

@@ -2,8 +2,9 @@
 
 `ReplicaManager.apply` reconciles the hosted replicas with a new image: it opens logs for
 partitions newly assigned here, switches roles on leader changes, and closes and removes the
-replicas of deleted topics. It runs on the event loop; opening a log (recovery) is quick enough for
-the partition counts a broker hosts here, and happens only when assignments change.
+replicas of deleted topics and those reassigned to other brokers. It runs on the event loop; opening
+a log (recovery) is quick enough for the partition counts a broker hosts here, and happens only when
+assignments change.
 """
 
 from __future__ import annotations
@@ -71,14 +72,15 @@ class ReplicaManager:
         for key in list(self.partitions):
             state = image.partitions.get(key)
             if state is None or me not in state.replicas:
-                self._drop(key, delete=state is None)
+                # A replica reassigned away goes as Kafka's StopReplica(delete) does: its log is deleted.
+                self._drop(key, delete=True)
         return new_followers
 
     def _drop(self, key: tuple[str, int], *, delete: bool) -> None:
         partition = self.partitions.pop(key)
         partition.close()
         if delete:
-            log.info("removing replica %s-%d of a deleted topic", *key)
+            log.info("removing replica %s-%d (topic deleted or replica reassigned away)", *key)
             shutil.rmtree(partition.log.directory, ignore_errors=True)
 
     def close(self) -> None:

@@ -1,18 +1,40 @@
 """AlterConfigs and IncrementalAlterConfigs driven by kafka-python's and confluent-kafka's admin clients
 against a real broker: changes show in DescribeConfigs and take effect live (max.message.bytes on the
 next produce, cleanup.policy starting the cleaner); a bad value, an unknown or a read-only name is
-INVALID_CONFIG naming it and nothing of that resource is applied; validate_only writes nothing."""
+INVALID_CONFIG naming it and nothing of that resource is applied; validate_only writes nothing. Dynamic
+broker configs, per broker and cluster-wide. CreatePartitions, on the same broker: a topic grows and
+records reach the new partitions; a count that does not grow, a bad manual assignment, an unknown topic or
+a count past floe.max.partitions is refused with Kafka's error and nothing is added."""
 
 from __future__ import annotations
 
+import asyncio
+import re
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    ResourceType,
+)
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
-from kafka.errors import MessageSizeTooLargeError
+from kafka.admin import NewPartitions as KpNewPartitions
+from kafka.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationAssignmentError,
+    MessageSizeTooLargeError,
+    PolicyViolationError,
+)
 
+from broker_core import cli
+from broker_core.client import FloeClient
 from broker_core.local_stack import LocalStack
 from tests.support.waiting import wait_until
 
@@ -169,3 +191,149 @@ def read_all(stack: LocalStack, topic: str) -> list[tuple[bytes, bytes]]:
         return [(message.key, message.value) for message in consumer]
     finally:
         consumer.close()
+
+
+def broker_configs(admin: AdminClient, name: str) -> dict[str, tuple[str | None, ConfigSource]]:
+    resource = ConfigResource(ResourceType.BROKER, name)
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {key: (entry.value, ConfigSource(entry.source)) for key, entry in entries.items()}
+
+
+def cluster_default(stack: LocalStack, set_configs: dict[str, str], delete: tuple[str, ...] = ()) -> None:
+    """IncrementalAlterConfigs on the cluster-wide default (the BROKER resource named "", kafka-configs
+    --entity-default), through Floe's client: confluent-kafka and kafka-python only name brokers by id."""
+
+    async def alter() -> None:
+        async with FloeClient(stack.bootstrap_servers) as client:
+            await client.alter_broker_configs(None, set_configs, delete)
+
+    asyncio.run(alter())
+
+
+def test_dynamic_broker_configs_apply_per_broker_over_the_cluster_default_and_show_their_source(
+        stack: LocalStack, cf_admin: AdminClient) -> None:
+    broker_id = str(next(iter(cf_admin.list_topics(timeout=30).brokers)))
+    rate = "leader.replication.throttled.rate"
+    assert broker_configs(cf_admin, broker_id)[rate] == ("9223372036854775807", ConfigSource.DEFAULT_CONFIG)
+    cluster_default(stack, {rate: "5000000"})
+    assert broker_configs(cf_admin, broker_id)[rate] == ("5000000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    incremental(cf_admin, ResourceType.BROKER, broker_id, (rate, "1000000", AlterConfigOpType.SET),
+                ("log.cleaner.backoff.ms", "200", AlterConfigOpType.SET))
+    described = broker_configs(cf_admin, broker_id)
+    assert described[rate] == ("1000000", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert described["log.cleaner.backoff.ms"] == ("200", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert described["message.max.bytes"][1] is ConfigSource.DEFAULT_CONFIG
+    incremental(cf_admin, ResourceType.BROKER, broker_id, (rate, None, AlterConfigOpType.DELETE),
+                ("log.cleaner.backoff.ms", None, AlterConfigOpType.DELETE))
+    cluster_default(stack, {}, (rate,))
+    assert broker_configs(cf_admin, broker_id)[rate] == ("9223372036854775807", ConfigSource.DEFAULT_CONFIG)
+
+
+@pytest.mark.faults  # restarting the cleaner processes takes a while on a loaded machine
+def test_a_change_of_cleaner_threads_restarts_the_cleaners(stack: LocalStack, cf_admin: AdminClient) -> None:
+    broker_id = str(next(iter(cf_admin.list_topics(timeout=30).brokers)))
+    incremental(cf_admin, ResourceType.BROKER, broker_id, ("log.cleaner.threads", "2", AlterConfigOpType.SET))
+    log_path = stack.directory / "logs" / f"broker-{broker_id}.log"
+    wait_until(lambda: "-> 2 threads" in log_path.read_text(errors="replace"), "the cleaner restarted",
+               timeout_s=60, interval_s=0.2)
+    incremental(cf_admin, ResourceType.BROKER, broker_id, ("log.cleaner.threads", None, AlterConfigOpType.DELETE))
+    wait_until(lambda: "-> 1 threads" in log_path.read_text(errors="replace"), "the cleaner restarted again",
+               timeout_s=60, interval_s=0.2)
+
+
+def test_a_bad_dynamic_value_or_a_static_name_refuses_the_whole_broker_resource(cf_admin: AdminClient) -> None:
+    broker_id = str(next(iter(cf_admin.list_topics(timeout=30).brokers)))
+    rate = "follower.replication.throttled.rate"
+    for bad, named in [(("log.cleaner.backoff.ms", "soon", AlterConfigOpType.SET), "log.cleaner.backoff.ms"),
+                       (("log.cleaner.threads", "0", AlterConfigOpType.SET), "log.cleaner.threads"),
+                       (("num.partitions", "3", AlterConfigOpType.SET), "num.partitions"),
+                       (("no.such.config", "1", AlterConfigOpType.SET), "no.such.config")]:
+        error = refusal(cf_admin, ResourceType.BROKER, broker_id, (rate, "1000", AlterConfigOpType.SET), bad)
+        assert error.code() == KafkaError.INVALID_CONFIG
+        assert named in error.str()
+    assert broker_configs(cf_admin, broker_id)[rate][1] is ConfigSource.DEFAULT_CONFIG
+
+
+def test_throttled_replica_lists_are_checked(kp_admin: KafkaAdminClient, cf_admin: AdminClient) -> None:
+    create_topic(kp_admin, "throttle-lists")
+    incremental(cf_admin, ResourceType.TOPIC, "throttle-lists",
+                ("leader.replication.throttled.replicas", "0:1,0:2", AlterConfigOpType.SET),
+                ("follower.replication.throttled.replicas", "*", AlterConfigOpType.SET))
+    assert topic_configs(cf_admin, "throttle-lists")["leader.replication.throttled.replicas"] == "0:1,0:2"
+    error = refusal(cf_admin, ResourceType.TOPIC, "throttle-lists",
+                    ("leader.replication.throttled.replicas", "0-1", AlterConfigOpType.SET))
+    assert error.code() == KafkaError.INVALID_CONFIG and "leader.replication.throttled.replicas" in error.str()
+
+
+# CreatePartitions ------------------------------------------------------------------------------
+
+
+def partition_count(admin: AdminClient, topic: str) -> int:
+    return len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+def grow(admin: AdminClient, topic: str, count: int, validate_only: bool = False) -> None:
+    admin.create_partitions([NewPartitions(topic, count)], validate_only=validate_only)[topic].result(timeout=30)
+
+
+def partitions_refusal(admin: AdminClient, topic: str, count: int) -> KafkaError:
+    with pytest.raises(KafkaException) as caught:
+        grow(admin, topic, count)
+    return caught.value.args[0]
+
+
+def test_a_topic_grows_and_records_reach_the_new_partitions(kp_admin: KafkaAdminClient, cf_admin: AdminClient,
+                                                            stack: LocalStack) -> None:
+    kp_admin.create_topics([NewTopic("growing", 1, 1)])
+    grow(cf_admin, "growing", 3)
+    wait_until(lambda: partition_count(cf_admin, "growing") == 3, "three partitions", timeout_s=30, interval_s=0.2)
+    broker = next(iter(cf_admin.list_topics(timeout=30).brokers))
+    kp_admin.create_partitions({"growing": KpNewPartitions(total_count=4, new_assignments=[[broker]])})
+    kp_admin.create_partitions({"growing": KpNewPartitions(total_count=5)})
+    wait_until(lambda: partition_count(cf_admin, "growing") == 5, "five partitions", timeout_s=30, interval_s=0.2)
+    producer = KafkaProducer(bootstrap_servers=stack.bootstrap_servers, acks="all")
+    try:
+        offsets = [producer.send("growing", b"to-%d" % p, partition=p).get(timeout=30).offset for p in range(5)]
+    finally:
+        producer.close()
+    assert offsets == [0] * 5
+
+
+def test_counts_assignments_and_limits_get_kafkas_errors_and_nothing_is_added(
+        kp_admin: KafkaAdminClient, cf_admin: AdminClient) -> None:
+    kp_admin.create_topics([NewTopic("fixed", 2, 1)])
+    broker = next(iter(cf_admin.list_topics(timeout=30).brokers))
+    cases = [
+        (2, KafkaError.INVALID_PARTITIONS, "already has 2 partitions"),
+        (1, KafkaError.INVALID_PARTITIONS, "higher than the requested 1"),
+    ]
+    for count, code, message in cases:
+        error = partitions_refusal(cf_admin, "fixed", count)
+        assert error.code() == code, (count, error)
+        assert message in error.str()
+    # Manual assignments through kafka-python: confluent-kafka checks their count itself.
+    for total, assignments, message in [(4, [[broker]], "2 but 1 assignments"),
+                                        (3, [[broker, broker]], "replication factor"),
+                                        (3, [[99]], "Unknown broker(s) in replica assignment: 99")]:
+        with pytest.raises(InvalidReplicationAssignmentError, match=re.escape(message)):
+            kp_admin.create_partitions({"fixed": KpNewPartitions(total_count=total, new_assignments=assignments)})
+    # Past floe.max.partitions (100,000 here) through kafka-python: confluent-kafka stops at 100,000 itself.
+    with pytest.raises(PolicyViolationError, match="floe.max.partitions"):
+        kp_admin.create_partitions({"fixed": KpNewPartitions(total_count=100_001)})
+    assert partitions_refusal(cf_admin, "no-such-topic", 3).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    grow(cf_admin, "fixed", 3, validate_only=True)
+    with pytest.raises(InvalidPartitionsError):
+        kp_admin.create_partitions({"fixed": KpNewPartitions(total_count=2)})
+    assert partition_count(cf_admin, "fixed") == 2
+
+
+def test_floe_topics_alter_adds_partitions(kp_admin: KafkaAdminClient, cf_admin: AdminClient, stack: LocalStack,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    kp_admin.create_topics([NewTopic("cli-grown", 1, 1)])
+    assert cli.main(["topics", "alter", "cli-grown", "--partitions", "2", "--bootstrap-servers",
+                     stack.bootstrap_servers]) == 0
+    assert "altered topic cli-grown: 2 partitions" in capsys.readouterr().out
+    wait_until(lambda: partition_count(cf_admin, "cli-grown") == 2, "two partitions", timeout_s=30, interval_s=0.2)
+    assert cli.main(["topics", "alter", "cli-grown", "--partitions", "1", "--bootstrap-servers",
+                     stack.bootstrap_servers]) == 1
+    assert "higher than the requested 1" in capsys.readouterr().err
