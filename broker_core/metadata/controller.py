@@ -453,20 +453,17 @@ class Controller:
         snapshot = self._store.snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
         shutting_down = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.SHUTTING_DOWN}
-        changed = []
+        proposals = []
         for name, partitions in snapshot.partitions.items():
             unclean = unclean_election_enabled(snapshot.topics[name].configs)
             for partition in partitions:
                 proposal = plan_partition_change(partition, running, shutting_down, unclean)
-                if proposal is None:
-                    continue
-                try:
-                    changed.append(
-                        self._store.update_partition(proposal, partition.partition_epoch, controller_epoch)
-                    )
-                except (PartitionEpochConflictError, UnknownPartitionError):
-                    # The leader changed the ISR or the topic went away since the snapshot;
-                    # the next pass plans from the new state.
-                    continue
-        self._planned_version = None if changed else snapshot.version
-        return changed
+                if proposal is not None:
+                    proposals.append((proposal, partition.partition_epoch))
+        # One pass moves every partition a fenced broker led or followed, in a few transactions
+        # (see MetadataStore.update_partitions) rather than one round trip per partition. A
+        # partition whose leader changed its ISR since the snapshot, or whose topic went away,
+        # comes back as conflicted: the next pass plans it from the new state.
+        result = self._store.update_partitions(proposals, controller_epoch)
+        self._planned_version = None if result.written or result.conflicted else snapshot.version
+        return list(result.written)

@@ -7,7 +7,8 @@ broker only through the `BrokerContext` protocol; this module imports none of th
 Start-up: create the DynamoDB tables if missing, listen, register (getting a broker epoch), read the
 metadata snapshot and open the replicas assigned here. Then, until stopped, these loops run:
 heartbeat (re-registering with a new epoch if the controller fenced us), metadata poll (a consistent
-read of the version item; a new version means a new snapshot), the controller role (try the lease,
+read of the version item; a new version means reading what changed: only the partitions named by
+the change sequence when every version between was a partition change, else a new snapshot), the controller role (try the lease,
 and while holding it fence stalled brokers and elect leaders, at the metadata poll cadence), log
 retention, the ISR check and the high-watermark checkpoint.
 pynamodb is synchronous, so every DynamoDB call runs in a worker thread, never on the event loop.
@@ -319,6 +320,8 @@ class Broker:
         async with self._refresh_lock:
             if unless_at is not None and self.image.version >= unless_at:
                 return
+            if unless_at is not None and await self._apply_delta(unless_at):
+                return
             # Independent reads, so they overlap: the refresh is on the failover path. Followers
             # (client quotas) re-read what they cache; each handles its own failures.
             snapshot, lease, *_ = await asyncio.gather(asyncio.to_thread(self.store.snapshot),
@@ -328,6 +331,22 @@ class Broker:
             self.image = image
             self.replicas.apply(image)
             await self.parts.fetchers.update()
+
+    async def _apply_delta(self, version: int) -> bool:
+        """Bring the image to ``version`` by reading only the partitions changed since its version
+        (the change sequence, ``MetadataStore.partition_changes``); False if the versions between
+        hold any other kind of change (then the caller reads a whole snapshot)."""
+        keys = await asyncio.to_thread(self.store.partition_changes, self.image.version, version)
+        if keys is None:
+            return False
+        states = await asyncio.to_thread(self.store.get_partitions_by_key, keys) if keys else []
+        image = self.image.with_partitions(version, states)
+        if image is None:
+            return False
+        self.image = image
+        self.replicas.apply(image, changed={(s.topic, s.partition) for s in states})
+        await self.parts.fetchers.update()
+        return True
 
     def controller_check_interval_s(self) -> float:
         """How often the controller duty runs: the metadata poll interval, at most the heartbeat interval."""

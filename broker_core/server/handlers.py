@@ -288,9 +288,34 @@ class RequestHandlers:
             return respond(header, {
                 "responses": [{"name": name, "partition_responses": parts} for name, parts in results],
                 "throttle_time": _throttle_time(throttle_s),
+                "node_endpoints": self._name_current_leaders(results, header.listener_name),
             })
 
         return complete
+
+    def _name_current_leaders(self, results: list[tuple[str, list[dict[str, Any]]]],
+                              listener_name: str) -> list[dict[str, Any]]:
+        """KIP-951 (Produce v10+): each NOT_LEADER_OR_FOLLOWER answer names the partition's current
+        leader and epoch as this broker's image knows them, and the response carries those leaders'
+        endpoints on the request's listener, so a client moves to the new leader without first
+        asking for metadata. Older versions drop both fields (``respond`` keeps a version's own)."""
+        image = self.context.image
+        leaders: set[int] = set()
+        for name, parts in results:
+            for result in parts:
+                if result["error_code"] != ErrorCode.not_leader_or_follower:
+                    continue
+                state = image.partitions.get((name, result["index"]))
+                if state is None or state.leader not in image.brokers:
+                    continue
+                result["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+                leaders.add(state.leader)
+        endpoints = []
+        for broker_id in sorted(leaders):
+            broker = image.brokers[broker_id]
+            host, port = broker.endpoint(listener_name)
+            endpoints.append({"node_id": broker_id, "host": host, "port": port, "rack": broker.rack})
+        return endpoints
 
     def _produce_throttle(self, request: Request, appending_s: float) -> float:
         """Kafka records a Produce request's whole size against the producer byte rate, and (here)
