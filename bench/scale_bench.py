@@ -23,7 +23,7 @@ before its session runs out. The peer for creation and idle cost is Floe at a sm
 count in the same run, which shows how each figure grows.
 
     .venv/bin/python bench/scale_bench.py [--partitions 3,100,1000] [--runs 3] [--idle-s 20]
-        [--session-timeout-ms 3000] [--output bench/results/scale_bench.json]
+        [--profile defaults|test] [--output bench/results/scale_bench.json]
 """
 
 from __future__ import annotations
@@ -63,13 +63,14 @@ PROBE_PAUSE_S = 0.05
 METADATA_REFRESH_S = 0.2
 
 
-def stack_overrides(session_timeout_ms: int) -> dict[str, str]:
-    """The test stack's timing profile, scaled from the session timeout."""
-    return {
-        "broker.session.timeout.ms": str(session_timeout_ms),
-        "broker.heartbeat.interval.ms": str(max(100, session_timeout_ms // 6)),
-        "metadata.poll.interval.ms": "200",
-    }
+# Timing profiles: Floe's defaults (Kafka's: 9 s session, 2 s heartbeats, 500 ms metadata polls),
+# and the test stack's (3 s session, 500 ms heartbeats, 200 ms polls).
+PROFILES = {
+    "defaults": {},
+    "test": {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+             "metadata.poll.interval.ms": "200"},
+}
+DEFAULT_SESSION_TIMEOUT_MS = 9000
 
 
 # /proc readings ----------------------------------------------------------------------------------
@@ -240,9 +241,10 @@ def create_topic(stack: LocalStack, store: MetadataStore, partitions: int) -> No
     asyncio.run(create())
 
 
-def run_case(partitions: int, session_timeout_ms: int, idle_s: float, directory: Path,
-             failover: bool) -> dict[str, Any]:
-    stack = LocalStack(directory=directory, brokers=BROKERS, overrides=stack_overrides(session_timeout_ms))
+def run_case(partitions: int, profile: str, idle_s: float, directory: Path, failover: bool) -> dict[str, Any]:
+    overrides = PROFILES[profile]
+    session_timeout_ms = int(overrides.get("broker.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
+    stack = LocalStack(directory=directory, brokers=BROKERS, overrides=overrides)
     stack.start()
     try:
         store = MetadataStore(stack.aws)
@@ -336,18 +338,20 @@ def main() -> None:
     parser.add_argument("--failover-at", default="3,1000", help="partition counts whose case also kills a leader")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--idle-s", type=float, default=20.0)
-    parser.add_argument("--session-timeout-ms", type=int, default=3000)
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="defaults")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "scale_bench.json")
     args = parser.parse_args()
     counts = [int(x) for x in args.partitions.split(",")]
     failover_at = {int(x) for x in args.failover_at.split(",") if x}
-    results: dict[str, Any] = {"machine": machine_info(), "session_timeout_ms": args.session_timeout_ms,
+    session_timeout_ms = int(PROFILES[args.profile].get("broker.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
+    results: dict[str, Any] = {"machine": machine_info(), "profile": args.profile,
+                               "overrides": PROFILES[args.profile], "session_timeout_ms": session_timeout_ms,
                                "load_average_at_start": load_average(), "runs": {}, "summary": []}
     for count in counts:
         runs = []
         for run in range(args.runs):
             directory = Path(tempfile.mkdtemp(prefix="floe-scale-"))
-            outcome = run_case(count, args.session_timeout_ms, args.idle_s, directory, count in failover_at)
+            outcome = run_case(count, args.profile, args.idle_s, directory, count in failover_at)
             shutil.rmtree(directory, ignore_errors=True)  # kept, with the brokers' logs, when a case fails
             print(json.dumps(outcome), flush=True)
             runs.append(outcome)
@@ -358,7 +362,7 @@ def main() -> None:
     results["load_average_at_end"] = load_average()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print_table(results["summary"], args.session_timeout_ms)
+    print_table(results["summary"], session_timeout_ms)
 
 
 def print_table(summary: list[dict[str, Any]], session_timeout_ms: int) -> None:

@@ -61,6 +61,7 @@ from broker_core.metadata.state import (
     UNCLEAN_LEADER_ELECTION_CONFIG,
     BrokerRegistration,
     BrokerState,
+    ClusterSnapshot,
     ControllerLeaseState,
     PartitionState,
 )
@@ -323,6 +324,7 @@ class Controller:
         self.session_timeout_ms = session_timeout_ms
         self._observations: dict[int, _HeartbeatObservation] = {}
         self._planned_version: int | None = None
+        self._snapshot: ClusterSnapshot | None = None
 
     def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
         """Record each broker's heartbeat as seen now; return the brokers stalled past the session timeout.
@@ -354,6 +356,7 @@ class Controller:
         """Act for a new controller epoch, keeping the heartbeat observations made so far."""
         self.controller_epoch = controller_epoch
         self._planned_version = None
+        self._snapshot = None
 
     def run_once(self, now_ms: float | None = None) -> ControllerRunResult:
         """Fence brokers whose heartbeat stalled past the session timeout, then re-plan partitions.
@@ -445,12 +448,28 @@ class Controller:
         self._elect_leaders(self.controller_epoch)
         return self._store.partitions_led_by(broker_id)
 
+    def _current_snapshot(self) -> ClusterSnapshot:
+        """The cluster as of now: the last snapshot brought forward by the change sequence when only
+        partitions changed since (a few items read, e.g. after this controller's own elections),
+        else a full snapshot."""
+        cached = self._snapshot
+        if cached is not None:
+            version = self._store.metadata_version()
+            keys = self._store.partition_changes(cached.version, version)
+            if keys is not None:
+                updated = cached.with_partitions(version, self._store.get_partitions_by_key(keys) if keys else ())
+                if updated is not None:
+                    self._snapshot = updated
+                    return updated
+        self._snapshot = self._store.snapshot()
+        return self._snapshot
+
     def _elect_leaders(self, controller_epoch: int) -> list[PartitionState]:
         # Every broker-state and partition change bumps the metadata version, so a version this
         # controller already planned from cannot call for a change; skip the full read.
         if self._planned_version is not None and self._store.metadata_version() == self._planned_version:
             return []
-        snapshot = self._store.snapshot()
+        snapshot = self._current_snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
         shutting_down = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.SHUTTING_DOWN}
         proposals = []

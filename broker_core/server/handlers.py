@@ -817,8 +817,17 @@ class RequestHandlers:
                 for c in describe_topic_configs(configs, self.context.config, None)
             ]
         if created:
-            await self.context.refresh_metadata()
+            await self._refresh_after_change("CreateTopics")
         return respond(request, {"throttle_time": _throttle_time(quotas.mutation_throttle(identity)), "topics": results})
+
+    async def _refresh_after_change(self, what: str) -> None:
+        """Read the metadata this broker just changed, so its next answers show the change. The change
+        is written whatever this read does: if DynamoDB does not answer it, the regular poll catches
+        up, and the request is still answered with what was done."""
+        try:
+            await self.context.refresh_metadata()
+        except meta_errors.MetadataError as exc:
+            log.warning("%s: written, but re-reading the metadata failed (the next poll will): %s", what, exc)
 
     def _validate_new_topic(self, name: str, num_partitions: int, replication: int) -> None:
         """What create_topic checks, without writing: for CreateTopics with validate_only."""
@@ -859,7 +868,7 @@ class RequestHandlers:
             if described is not None:
                 quotas.record_mutations(identity, described.num_partitions)
         if deleted:
-            await self.context.refresh_metadata()
+            await self._refresh_after_change("DeleteTopics")
         return respond(request, {"throttle_time": _throttle_time(quotas.mutation_throttle(identity)),
                                  "responses": results})
 
