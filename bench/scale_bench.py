@@ -346,19 +346,26 @@ def main() -> None:
     session_timeout_ms = int(PROFILES[args.profile].get("broker.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
     results: dict[str, Any] = {"machine": machine_info(), "profile": args.profile,
                                "overrides": PROFILES[args.profile], "session_timeout_ms": session_timeout_ms,
-                               "load_average_at_start": load_average(), "runs": {}, "summary": []}
+                               "load_average_at_start": load_average(), "runs": {}, "summary": [], "failures": []}
     for count in counts:
         runs = []
         for run in range(args.runs):
             directory = Path(tempfile.mkdtemp(prefix="floe-scale-"))
-            outcome = run_case(count, args.profile, args.idle_s, directory, count in failover_at)
-            shutil.rmtree(directory, ignore_errors=True)  # kept, with the brokers' logs, when a case fails
+            try:
+                outcome = run_case(count, args.profile, args.idle_s, directory, count in failover_at)
+            except Exception as exc:  # recorded, with the brokers' logs kept, and the other cases still run
+                print(json.dumps({"partitions": count, "failed": repr(exc), "logs": str(directory / "logs"),
+                                  "load_average": load_average()}), flush=True)
+                results["failures"].append({"partitions": count, "error": repr(exc), "load_average": load_average()})
+                continue
+            shutil.rmtree(directory, ignore_errors=True)
             print(json.dumps(outcome), flush=True)
             runs.append(outcome)
             if run == 0 and count >= 10_000 and outcome["create_until_writable_s"] > 120:
                 break  # one run is enough to show it does not scale
         results["runs"][str(count)] = runs
-        results["summary"].append(summarize(runs))
+        if runs:
+            results["summary"].append(summarize(runs))
     results["load_average_at_end"] = load_average()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
