@@ -33,6 +33,9 @@ from broker_core.metadata.models import (
 )
 from broker_core.retry import LostRace, retry_lost_races
 
+# Partition items per Scan/Query page (about 60 KB): many short requests rather than one that runs into
+# the client's read timeout when the store answers slowly (the local stack's moto under load).
+PARTITION_PAGE_SIZE = 250
 # How long change items stay (DynamoDB TTL); a broker further behind than that reads everything.
 CHANGE_RETENTION_S = 3600
 # A broker more than this many versions behind reads everything rather than that many change items.

@@ -43,7 +43,7 @@ from broker_core.metadata.errors import (
 )
 from broker_core.metadata.models import PartitionItem, TopicItem
 from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState, TopicDescription
-from broker_core.metadata.tables import metadata_failures
+from broker_core.metadata.tables import PARTITION_PAGE_SIZE, metadata_failures
 from broker_core.retry import LostRace, retry_lost_races
 
 MAX_TOPIC_NAME_LENGTH = 249
@@ -342,7 +342,7 @@ class TopicCatalog(BrokerRegistry):
         item = self._get_topic_item(topic)
         if item is None:
             raise UnknownTopicError(topic)
-        items = self.models.partition.query(item.topic_id, consistent_read=True)
+        items = self.models.partition.query(item.topic_id, consistent_read=True, page_size=PARTITION_PAGE_SIZE)
         return sorted((partition_from_item(i) for i in items), key=lambda p: p.partition)
 
     @metadata_failures
