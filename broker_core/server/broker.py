@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker_core.metadata.controller import Controller, ControllerLease
-from broker_core.metadata.errors import BrokerFencedError, MetadataError
+from broker_core.metadata.errors import BrokerFencedError, FencedControllerError, MetadataError
 from broker_core.metadata.image import MetadataImage
 from broker_core.metadata.state import BrokerState
 from broker_core.metadata.store import MetadataStore
@@ -116,7 +116,6 @@ class Broker:
         self._parts: BrokerParts | None = None
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
-        self._lease_renewal_due = float("-inf")
         self._leader_rebalance_due = float("inf")
         self._catch_up: asyncio.Task | None = None
         self._catch_up_started = float("-inf")
@@ -157,6 +156,7 @@ class Broker:
                                 name="metadata-poll"),
             asyncio.create_task(self._every(self.controller_check_interval_s(), self._controller_duty),
                                 name="controller"),
+            asyncio.create_task(self._every(heartbeat_s, self._renew_controller_lease), name="controller-lease"),
             asyncio.create_task(self._every(self.config.get_int("log.retention.check.interval.ms") / 1000,
                                             self._enforce_retention), name="retention"),
             asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, parts.isr.run_once), name="isr"),
@@ -167,7 +167,7 @@ class Broker:
     async def stop(self, *, controlled: bool = True) -> None:
         # The controller duty goes first: run during the shutdown it would take back the lease
         # that controlled shutdown gives up.
-        await self._cancel_tasks(("controller",))
+        await self._cancel_tasks(("controller", "controller-lease"))
         if controlled and self.config.get_bool("controlled.shutdown.enable") and self.broker_epoch >= 0:
             try:
                 await self._controlled_shutdown()
@@ -356,20 +356,19 @@ class Broker:
     async def _controller_duty(self) -> None:
         """One pass of the controller role, run every `controller_check_interval_s`.
 
-        The lease holder renews the lease once per heartbeat interval but checks broker liveness on
-        every pass, so a broker is fenced (and its partitions get new leaders) within one check
+        The lease holder renews the lease once per heartbeat interval, in a task of its own
+        (`_renew_controller_lease`) so that a long pass (a snapshot of many partitions on a slow
+        store) cannot let the lease lapse, and checks broker liveness on every pass, so a broker is fenced (and its partitions get new leaders) within one check
         interval of its session running out, not one heartbeat interval. The other brokers read
         the lease and observe heartbeats on every pass, so one takes over within a check interval
         of the lease lapsing. In DynamoDB terms: a GetItem and a Scan of the broker table per pass
         per broker, and one lease write per heartbeat interval.
         """
         loop = asyncio.get_running_loop()
-        if (self.controller is not None and self.lease.controller_epoch is not None
-                and loop.time() < self._lease_renewal_due):
-            epoch = self.lease.controller_epoch
+        if self.controller is not None and self.lease.controller_epoch is not None:
+            epoch = self.lease.controller_epoch  # renewed by `_renew_controller_lease`
         else:
             epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id)
-            self._lease_renewal_due = loop.time() + self.config.get_int("broker.heartbeat.interval.ms") / 1000
         if epoch is None:
             self.controller = None
             # Watch heartbeats while another broker holds the lease, so that on taking over this
@@ -392,6 +391,16 @@ class Broker:
                                             self.config.get_int("leader.imbalance.per.broker.percentage"))
             if moved:
                 log.info("leader rebalance moved %d leaderships back to preferred replicas", len(moved))
+
+    async def _renew_controller_lease(self) -> None:
+        """Bump the lease's heartbeat while this broker holds it (every heartbeat interval)."""
+        if self.controller is None or self.lease.controller_epoch is None:
+            return
+        try:
+            await asyncio.to_thread(self.lease.heartbeat)
+        except FencedControllerError as exc:
+            log.warning("broker %d lost the controller lease: %s", self.config.broker_id, exc)
+            self.controller = None
 
     async def _checkpoint_high_watermarks(self) -> None:
         for partition in list(self.replicas.partitions.values()):
