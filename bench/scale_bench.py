@@ -58,7 +58,7 @@ from broker_core.records import SimpleRecord, build_batch  # noqa: E402
 TOPIC = "scale"
 BROKERS = 3
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PROBE_TIMEOUT_MS = 1000
+PROBE_TIMEOUT_MS = 5000
 PROBE_PAUSE_S = 0.05
 METADATA_REFRESH_S = 0.2
 
@@ -258,7 +258,8 @@ def run_case(partitions: int, profile: str, idle_s: float, directory: Path, fail
         asyncio.run(prober.run(start, deadline_s=120))
         usable_s = time.monotonic() - start
         if prober.pending:
-            raise RuntimeError(f"{len(prober.pending)} partitions never accepted a write after creation")
+            raise RuntimeError(f"{len(prober.pending)} partitions never accepted a write after creation; "
+                               f"answers {prober.answers}")
         time.sleep(3)  # let followers catch up the probe writes
         idle_after = idle_cpu_percent(stack, idle_s)
         rss_after = {b: rss_kib(p.pid) for b, p in stack.processes.items()}

@@ -97,9 +97,6 @@ _SINGLE_SERVICE = ("import sys; from moto.moto_server.werkzeug_app import create
 #   1,000 partition items took 18 s). Here GetItem, BatchGetItem, Query and Scan results, which moto
 #   already holds in DynamoDB's JSON shape, are written with json.dumps (binary values base64, as the
 #   serializer writes them); the answers are identical, as a comparison of both paths showed.
-# - werkzeug answers HTTP/1.0 and closes every connection, so each DynamoDB call of a broker opened a
-#   new TCP connection (9% of an idle broker's CPU in a py-spy profile); HTTP/1.1 keeps them open,
-#   as DynamoDB's endpoint does.
 _MOTO_PATCHES = (
     "import base64, copy, functools, json, threading, sys\n"
     "import moto.dynamodb.models as models\n"
@@ -156,8 +153,6 @@ _MOTO_PATCHES = (
     "    return handler\n"
     "for name in ('get_item', 'batch_get_item', 'query', 'scan'):\n"
     "    setattr(responses.DynamoHandler, name, as_json(name))\n"
-    "import werkzeug.serving\n"
-    "werkzeug.serving.WSGIRequestHandler.protocol_version = 'HTTP/1.1'\n"
     "from moto.server import main\n"
     "main(sys.argv[1:])\n"
 )

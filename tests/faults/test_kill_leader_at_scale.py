@@ -26,7 +26,7 @@ from broker_core.records import SimpleRecord, build_batch
 from tests.faults.harness import SESSION_TIMEOUT_S, TOPIC, FaultCluster, fault_cluster
 
 PARTITIONS_AT_SCALE = 1000
-PROBE_TIMEOUT_MS = 1000
+PROBE_TIMEOUT_MS = 5000
 
 
 class WriteProbe:
