@@ -61,6 +61,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PROBE_TIMEOUT_MS = 5000
 PROBE_PAUSE_S = 0.05
 METADATA_REFRESH_S = 0.2
+# Partitions per Produce request of the prober, as a client's request size limit would split them.
+PARTITIONS_PER_PROBE = 100
 
 
 # Timing profiles: Floe's defaults (Kafka's: 9 s session, 2 s heartbeats, 500 ms metadata polls),
@@ -204,7 +206,8 @@ class Prober:
                 if unknown:
                     self._count("no leader", len(unknown))
                     self._metadata_due = min(self._metadata_due, time.monotonic() + METADATA_REFRESH_S)
-                await asyncio.gather(*(self._probe(b, ps, start) for b, ps in by_leader.items()))
+                await asyncio.gather(*(self._probe(b, ps[i:i + PARTITIONS_PER_PROBE], start)
+                                       for b, ps in by_leader.items() for i in range(0, len(ps), PARTITIONS_PER_PROBE)))
                 await asyncio.sleep(PROBE_PAUSE_S)
         finally:
             for connection in self._connections.values():

@@ -3,8 +3,8 @@ partitions while an idempotent acks=all producer writes to all of them; every pa
 an acks=all write again within two session timeouts, and no acknowledged record may be lost,
 duplicated or moved (tests.faults.harness checks the replicas byte for byte afterwards).
 
-From the kill, a probe sends one-record acks=all Produce requests, one request per broker holding
-every partition still waiting that DynamoDB names it the leader of, until each partition has
+From the kill, a probe sends one-record acks=all Produce requests, to each broker for every partition
+still waiting that DynamoDB names it the leader of (up to 100 partitions a request), until each partition has
 acknowledged one; the records it gets acknowledged join the producer's in the final check.
 """
 
@@ -27,6 +27,7 @@ from tests.faults.harness import SESSION_TIMEOUT_S, TOPIC, FaultCluster, fault_c
 
 PARTITIONS_AT_SCALE = 1000
 PROBE_TIMEOUT_MS = 5000
+PARTITIONS_PER_REQUEST = 100
 
 
 class WriteProbe:
@@ -50,7 +51,8 @@ class WriteProbe:
                     if state.partition in self.pending and state.leader >= 0:
                         by_leader.setdefault(state.leader, []).append(state.partition)
                 self._attempt += 1
-                await asyncio.gather(*(self._write(b, ps, started) for b, ps in by_leader.items()))
+                await asyncio.gather(*(self._write(b, ps[i:i + PARTITIONS_PER_REQUEST], started)
+                                       for b, ps in by_leader.items() for i in range(0, len(ps), PARTITIONS_PER_REQUEST)))
                 await asyncio.sleep(0.05)
         finally:
             for connection in self._connections.values():
@@ -61,7 +63,7 @@ class WriteProbe:
         if not process.alive():
             self.answers["leader is the killed broker"] += len(partitions)
             return
-        values = {p: f"probe-{p}-{self._attempt}".encode() for p in partitions}
+        values = {p: f"probe-{p}-{self._attempt}-{broker_id}".encode() for p in partitions}
         try:
             connection = self._connections.get(broker_id)
             if connection is None or not connection.connected:
