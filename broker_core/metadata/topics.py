@@ -47,8 +47,8 @@ from broker_core.metadata.tables import PARTITION_PAGE_SIZE, metadata_failures
 from broker_core.retry import LostRace, retry_lost_races
 
 MAX_TOPIC_NAME_LENGTH = 249
-# DynamoDB's TransactWriteItems takes 100 items: these partitions, the lease check and the version bump.
-PARTITIONS_PER_TRANSACTION = 98
+# DynamoDB's TransactWriteItems takes 100 items: these partitions, the lease check, the version and the change item.
+PARTITIONS_PER_TRANSACTION = 97
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 

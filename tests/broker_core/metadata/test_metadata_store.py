@@ -3,6 +3,7 @@ import threading
 import boto3
 import pytest
 
+from broker_core.metadata.controller import ControllerLease
 from broker_core.metadata.errors import (
     BrokerFencedError,
     InvalidBrokerRegistrationError,
@@ -367,10 +368,12 @@ def test_a_batched_partition_update_writes_all_but_the_stale_ones_in_few_version
     states = store.get_partitions("t")
     store.update_partition(states[7].with_isr(states[7].isr[:2]), 0)  # partition 7 moves on first
     before = store.metadata_version()
-    result = store.update_partitions([(s.with_leader(s.replicas[1], s.isr), 0) for s in states])
+    controller_epoch = ControllerLease(store).try_acquire(1)
+    result = store.update_partitions([(s.with_leader(s.replicas[1], s.isr), 0) for s in states], controller_epoch)
     assert [s.partition for s in result.conflicted] == [7]
     assert len(result.written) == 199
-    # 98 partitions per transaction: 200 in three, each one version of the change sequence.
+    # 97 partitions per transaction (with the lease check, the version and the change item, DynamoDB's
+    # 100): 200 in three, each one version of the change sequence.
     assert store.metadata_version() == before + 3
     stored = {p.partition: p for p in store.get_partitions("t")}
     assert all(stored[s.partition] == s and s.leader_epoch == 1 for s in result.written)
