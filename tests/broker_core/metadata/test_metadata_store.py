@@ -364,17 +364,17 @@ def test_producer_id_blocks_never_overlap_under_concurrent_allocation(store):
 
 def test_a_batched_partition_update_writes_all_but_the_stale_ones_in_few_versions(store, register_brokers):
     register_brokers([1, 2, 3])
-    store.create_topic("t", 200, 3)
+    store.create_topic("t", 120, 3)
     states = store.get_partitions("t")
     store.update_partition(states[7].with_isr(states[7].isr[:2]), 0)  # partition 7 moves on first
     before = store.metadata_version()
     controller_epoch = ControllerLease(store).try_acquire(1)
     result = store.update_partitions([(s.with_leader(s.replicas[1], s.isr), 0) for s in states], controller_epoch)
     assert [s.partition for s in result.conflicted] == [7]
-    assert len(result.written) == 199
+    assert len(result.written) == 119
     # 97 partitions per transaction (with the lease check, the version and the change item, DynamoDB's
-    # 100): 200 in three, each one version of the change sequence.
-    assert store.metadata_version() == before + 3
+    # 100): 120 in two, each one version of the change sequence.
+    assert store.metadata_version() == before + 2
     stored = {p.partition: p for p in store.get_partitions("t")}
     assert all(stored[s.partition] == s and s.leader_epoch == 1 for s in result.written)
     assert (stored[7].leader, stored[7].partition_epoch) == (states[7].leader, 1)
