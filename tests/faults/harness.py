@@ -589,7 +589,9 @@ def create_replicated_topic(client_config: dict[str, str], partitions: int = PAR
         topic = NewTopic(TOPIC, partitions, REPLICATION_FACTOR, config={
             "min.insync.replicas": str(MIN_INSYNC_REPLICAS), "segment.bytes": str(SEGMENT_BYTES)})
         try:
-            admin.create_topics([topic])[TOPIC].result(timeout=30)
+            # 30 s for the 3-partition topic; creating 1,000 partitions on the local stack took 13 s
+            # on a busy 2-core machine (docs/performance.md, Scale), and more under heavier load.
+            admin.create_topics([topic])[TOPIC].result(timeout=max(30.0, partitions * 0.12))
             return
         except KafkaException as exc:
             code = exc.args[0].code()
