@@ -162,7 +162,11 @@ def transact(connection: Connection, build: Callable[[TransactWrite], None],
                 build(transaction)
             return None
         except TransactWriteError as err:
-            if err.cause_response_code != "TransactionCanceledException":
+            # Not err.cause_response_code: it raises AttributeError when the cause has no response
+            # (a read timeout), which must surface as the DynamoDB failure it is.
+            response = getattr(err.cause, "response", None)
+            code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+            if code != "TransactionCanceledException":
                 raise
             codes = cancellation_codes(err)
             if CONDITION_FAILED in codes:

@@ -41,7 +41,7 @@ from .security import OAUTHBEARER, PLAINTEXT, ClientSecurity
 # The newest version of each API this client fills every field of; negotiation takes the lower of
 # this and the broker's newest. (DeleteTopics v6 and Fetch v13 address topics by id.)
 CLIENT_MAX_VERSIONS: dict[int, int] = {
-    ApiKey.PRODUCE: 9,
+    ApiKey.PRODUCE: 10,
     ApiKey.FETCH: 12,
     ApiKey.LIST_OFFSETS: 7,
     ApiKey.METADATA: 12,

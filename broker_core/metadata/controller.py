@@ -62,6 +62,7 @@ from broker_core.metadata.state import (
     UNCLEAN_LEADER_ELECTION_CONFIG,
     BrokerRegistration,
     BrokerState,
+    ClusterSnapshot,
     ControllerLeaseState,
     PartitionState,
 )
@@ -326,6 +327,7 @@ class Controller:
         self.session_timeout_ms = session_timeout_ms
         self._observations: dict[int, _HeartbeatObservation] = {}
         self._planned_version: int | None = None
+        self._snapshot: ClusterSnapshot | None = None
 
     def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
         """Record each broker's heartbeat as seen now; return the brokers stalled past the session timeout.
@@ -357,6 +359,7 @@ class Controller:
         """Act for a new controller epoch, keeping the heartbeat observations made so far."""
         self.controller_epoch = controller_epoch
         self._planned_version = None
+        self._snapshot = None
 
     def run_once(self, now_ms: float | None = None) -> ControllerRunResult:
         """Fence brokers whose heartbeat stalled past the session timeout, then re-plan partitions.
@@ -448,33 +451,51 @@ class Controller:
         self._elect_leaders(self.controller_epoch)
         return self._store.partitions_led_by(broker_id)
 
+    def _current_snapshot(self) -> ClusterSnapshot:
+        """The cluster as of now: the last snapshot brought forward by the change sequence when only
+        partitions changed since (a few items read, e.g. after this controller's own elections),
+        else a full snapshot."""
+        cached = self._snapshot
+        if cached is not None:
+            version = self._store.metadata_version()
+            keys = self._store.partition_changes(cached.version, version)
+            if keys is not None:
+                updated = cached.with_partitions(version, self._store.get_partitions_by_key(keys) if keys else ())
+                if updated is not None:
+                    self._snapshot = updated
+                    return updated
+        self._snapshot = self._store.snapshot()
+        return self._snapshot
+
     def _elect_leaders(self, controller_epoch: int) -> list[PartitionState]:
         # Every broker-state and partition change bumps the metadata version, so a version this
         # controller already planned from cannot call for a change; skip the full read.
         if self._planned_version is not None and self._store.metadata_version() == self._planned_version:
             return []
-        snapshot = self._store.snapshot()
+        snapshot = self._current_snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
         shutting_down = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.SHUTTING_DOWN}
-        changed = []
+        proposals = []
+        previous_leaders: dict[tuple[str, int], int] = {}
         for name, partitions in snapshot.partitions.items():
             unclean = unclean_election_enabled(snapshot.topics[name].configs)
             for partition in partitions:
                 proposal = plan_partition_change(partition, running, shutting_down, unclean)
-                if proposal is None:
-                    continue
-                try:
-                    written = self._store.update_partition(proposal, partition.partition_epoch, controller_epoch)
-                except (PartitionEpochConflictError, UnknownPartitionError):
-                    # The leader changed the ISR or the topic went away since the snapshot;
-                    # the next pass plans from the new state.
-                    continue
-                changed.append(written)
-                log.info("%s-%d: leader %d -> %d at epoch %d, ISR %s", written.topic, written.partition,
-                         partition.leader, written.leader, written.leader_epoch, list(written.isr),
-                         extra={"topic": written.topic, "partition": written.partition, "epoch": written.leader_epoch,
-                                "previous_leader": partition.leader, "leader": written.leader,
-                                "partition_epoch": written.partition_epoch, "isr": list(written.isr),
-                                "controller_epoch": controller_epoch})
-        self._planned_version = None if changed else snapshot.version
-        return changed
+                if proposal is not None:
+                    proposals.append((proposal, partition.partition_epoch))
+                    previous_leaders[(partition.topic, partition.partition)] = partition.leader
+        # One pass moves every partition a fenced broker led or followed, in a few transactions
+        # (see MetadataStore.update_partitions) rather than one round trip per partition. A
+        # partition whose leader changed its ISR since the snapshot, or whose topic went away,
+        # comes back as conflicted: the next pass plans it from the new state.
+        result = self._store.update_partitions(proposals, controller_epoch)
+        for written in result.written:
+            previous = previous_leaders.get((written.topic, written.partition), -1)
+            log.info("%s-%d: leader %d -> %d at epoch %d, ISR %s", written.topic, written.partition,
+                     previous, written.leader, written.leader_epoch, list(written.isr),
+                     extra={"topic": written.topic, "partition": written.partition, "epoch": written.leader_epoch,
+                            "previous_leader": previous, "leader": written.leader,
+                            "partition_epoch": written.partition_epoch, "isr": list(written.isr),
+                            "controller_epoch": controller_epoch})
+        self._planned_version = None if result.written or result.conflicted else snapshot.version
+        return list(result.written)

@@ -2,14 +2,15 @@
 
 A `MetadataImage` is built from a `ClusterSnapshot` (brokers, topics, partition states, tagged with the
 metadata version) plus the controller lease's holder, and is never changed afterwards: a broker that
-reads a newer snapshot builds a new image and swaps it in whole, so a request handler that holds an
+reads a newer snapshot (or a delta of changed partitions, `with_partitions`) builds a new image and
+swaps it in whole, so a request handler that holds an
 image sees one version of the cluster from start to end. Any task on the broker's event loop may read
 it; nothing writes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .state import BrokerRegistration, BrokerState, ClusterSnapshot, PartitionState, TopicDescription
@@ -40,6 +41,19 @@ class MetadataImage:
             for state in states:
                 image.partitions[(state.topic, state.partition)] = state
         return image
+
+    def with_partitions(self, version: int, states: Iterable[PartitionState]) -> MetadataImage | None:
+        """A new image at ``version``: this one with ``states`` replacing those partitions' states
+        (a metadata delta). None if a state belongs to a topic this image does not know by that
+        topic id: the caller then reads a whole snapshot."""
+        partitions = dict(self.partitions)
+        for state in states:
+            topic = self.topics_by_id.get(state.topic_id)
+            if topic is None or topic.name != state.topic:
+                return None
+            partitions[(state.topic, state.partition)] = state
+        return MetadataImage(version=version, brokers=self.brokers, topics=self.topics, topics_by_id=self.topics_by_id,
+                             partitions=partitions, controller_id=self.controller_id)
 
     def live_brokers(self) -> list[BrokerRegistration]:
         return [b for b in self.brokers.values() if b.state is BrokerState.RUNNING]

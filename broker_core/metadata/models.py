@@ -10,6 +10,14 @@
   register/state change. Brokers poll it with consistent reads and re-read when it moves.
 - ``item="broker_epoch"``: ``last_epoch``, the counter broker epochs are drawn from, so a broker
   that registers again always gets a larger epoch than any it had before.
+- ``item="change#<version>"``: the metadata change sequence. A change that touches only
+  partitions (leader elections, ISR changes) sets ``version`` to exactly ``<version>`` (conditional
+  on the version it read) and writes this item in the same transaction: ``partitions`` lists the
+  ``<topic id>:<partition>`` keys it changed. A broker whose image is at version w and that sees
+  version v reads change#w+1..v and then only those partitions; a missing change item means some
+  other kind of change (topic, broker, config) bumped the version, and the broker reads everything.
+  ``expires_at`` (epoch seconds) is for DynamoDB TTL to clean old items up; correctness never
+  depends on it, since a reader that finds an item gone reads everything.
 - ``item="producer_ids"``: ``next_start`` of the next free producer-id block and ``version``,
   updated only on a condition on ``version``.
 - ``item="broker_configs"``: the dynamic broker configs (IncrementalAlterConfigs on BROKER resources):
@@ -63,6 +71,7 @@ METADATA_VERSION_ITEM = "metadata_version"
 BROKER_EPOCH_ITEM = "broker_epoch"
 PRODUCER_IDS_ITEM = "producer_ids"
 BROKER_CONFIGS_ITEM = "broker_configs"
+CHANGE_ITEM_PREFIX = "change#"
 
 
 
@@ -77,6 +86,13 @@ class ControllerLeaseItem(Model):
 class MetadataVersionItem(Model):
     item = UnicodeAttribute(hash_key=True)
     version = NumberAttribute(default=0)
+
+
+class MetadataChangeItem(Model):
+    item = UnicodeAttribute(hash_key=True)
+    version = NumberAttribute()
+    partitions = ListAttribute(of=UnicodeAttribute)
+    expires_at = NumberAttribute()
 
 
 class BrokerEpochCounterItem(Model):
@@ -139,6 +155,7 @@ class BoundModels:
 
     controller_lease: type[ControllerLeaseItem]
     metadata_version: type[MetadataVersionItem]
+    metadata_change: type[MetadataChangeItem]
     broker_epoch_counter: type[BrokerEpochCounterItem]
     producer_id_block: type[ProducerIdBlockItem]
     broker_configs: type[BrokerConfigsItem]
@@ -151,6 +168,7 @@ class BoundModels:
         return (
             self.controller_lease,
             self.metadata_version,
+            self.metadata_change,
             self.broker_epoch_counter,
             self.producer_id_block,
             self.broker_configs,
@@ -172,6 +190,7 @@ def bind_models(settings: AwsSettings) -> BoundModels:
     bound = {
         "controller_lease": bind_model(ControllerLeaseItem, settings, CLUSTER_TABLE),
         "metadata_version": bind_model(MetadataVersionItem, settings, CLUSTER_TABLE),
+        "metadata_change": bind_model(MetadataChangeItem, settings, CLUSTER_TABLE),
         "broker_epoch_counter": bind_model(BrokerEpochCounterItem, settings, CLUSTER_TABLE),
         "producer_id_block": bind_model(ProducerIdBlockItem, settings, CLUSTER_TABLE),
         "broker_configs": bind_model(BrokerConfigsItem, settings, CLUSTER_TABLE),

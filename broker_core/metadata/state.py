@@ -130,6 +130,18 @@ class ClusterSnapshot:
     def live_brokers(self) -> tuple[BrokerRegistration, ...]:
         return tuple(b for b in self.brokers if b.state is BrokerState.RUNNING)
 
+    def with_partitions(self, version: int, states: Iterable[PartitionState]) -> ClusterSnapshot | None:
+        """This snapshot at ``version`` with ``states`` in place of those partitions' states (a delta
+        of the change sequence); None if one belongs to a topic id this snapshot does not hold."""
+        grouped = {name: {p.partition: p for p in partitions} for name, partitions in self.partitions.items()}
+        for state in states:
+            topic = self.topics.get(state.topic)
+            if topic is None or topic.topic_id != state.topic_id:
+                return None
+            grouped.setdefault(state.topic, {})[state.partition] = state
+        partitions = {name: tuple(by_index[i] for i in sorted(by_index)) for name, by_index in grouped.items()}
+        return replace(self, version=version, partitions=partitions)
+
 
 @dataclass(frozen=True)
 class ControllerLeaseState:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from broker_core.metadata.broker_configs import BrokerConfigStore
 from broker_core.metadata.producer_ids import ProducerIdAllocator
 from broker_core.metadata.state import ClusterSnapshot, PartitionState
-from broker_core.metadata.tables import metadata_failures
+from broker_core.metadata.tables import PARTITION_PAGE_SIZE, metadata_failures
 from broker_core.metadata.topics import TopicCatalog, partition_from_item, validate_topic_name
 
 __all__ = ["MetadataStore", "validate_topic_name"]
@@ -53,7 +53,7 @@ class MetadataStore(TopicCatalog, ProducerIdAllocator, BrokerConfigStore):
         topics = {t.name: t for t in self.list_topics()}
         names_by_id = {t.topic_id: t.name for t in topics.values()}
         grouped: dict[str, list[PartitionState]] = {name: [] for name in topics}
-        for item in self.models.partition.scan(consistent_read=True):
+        for item in self.models.partition.scan(consistent_read=True, page_size=PARTITION_PAGE_SIZE):
             name = names_by_id.get(item.topic_id)
             # A partition at or above its topic's count is one CreatePartitions is still adding.
             if name is not None and int(item.partition) < topics[name].num_partitions:

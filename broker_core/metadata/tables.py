@@ -16,14 +16,30 @@ synchronous, so brokers call it from worker threads, never from the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 
 from pynamodb.transactions import TransactWrite
 
 from broker_core.aws import AwsSettings
-from broker_core.dynamodb_tables import ensure_tables, failures_as, transact
+from broker_core.dynamodb_tables import CONDITION_FAILED, ensure_tables, failures_as, transact
 from broker_core.metadata.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
-from broker_core.metadata.models import CONTROLLER_ITEM, METADATA_VERSION_ITEM, BoundModels, bind_models
+from broker_core.metadata.models import (
+    CHANGE_ITEM_PREFIX,
+    CONTROLLER_ITEM,
+    METADATA_VERSION_ITEM,
+    BoundModels,
+    bind_models,
+)
+from broker_core.retry import LostRace, retry_lost_races
+
+# Partition items per Scan/Query page (about 60 KB): many short requests rather than one that runs into
+# the client's read timeout when the store answers slowly (the local stack's moto under load).
+PARTITION_PAGE_SIZE = 250
+# How long change items stay (DynamoDB TTL); a broker further behind than that reads everything.
+CHANGE_RETENTION_S = 3600
+# A broker more than this many versions behind reads everything rather than that many change items.
+MAX_DELTA_VERSIONS = 100
 
 metadata_failures = failures_as(MetadataUnavailableError, MetadataError)
 """Decorator of store methods: pynamodb/botocore failures become MetadataUnavailableError."""
@@ -68,6 +84,60 @@ class MetadataTables:
     def add_version_bump(self, transaction: TransactWrite) -> None:
         version = self.models.metadata_version
         transaction.update(version(METADATA_VERSION_ITEM), actions=[version.version.add(1)])
+
+    def transact_partition_change(self, what: str, build: Callable[[TransactWrite], None],
+                                  keys: Sequence[str]) -> list[str | None] | None:
+        """Run a transaction that changes only the partitions named by ``keys`` (``<topic id>:<n>``),
+        numbered in the change sequence (see ``broker_core.metadata.models``): it reads the version v,
+        then commits ``build``'s items with the version set to v + 1 (conditional on v) and the
+        change item ``change#<v+1>`` naming ``keys``, so brokers can read just those partitions.
+
+        Returns None when it committed, else the cancellation codes of ``build``'s own items (as
+        `transact`). A concurrent change that moved the version first is a lost race: it is retried
+        with a fresh read of the version (bounded, ``broker_core.retry``).
+        """
+        version_model = self.models.metadata_version
+        change_model = self.models.metadata_change
+
+        def attempt() -> list[str | None] | None:
+            current = self.metadata_version()
+            condition = (version_model.version == current if current
+                         else version_model.version.does_not_exist() | (version_model.version == 0))
+
+            def full(transaction: TransactWrite) -> None:
+                build(transaction)
+                # Both updates: pynamodb sends updates after every other kind of item, so these two
+                # are the last items of the transaction and their cancellation codes the last two.
+                transaction.update(version_model(METADATA_VERSION_ITEM),
+                                   actions=[version_model.version.set(current + 1)], condition=condition)
+                transaction.update(change_model(f"{CHANGE_ITEM_PREFIX}{current + 1}"), actions=[
+                    change_model.version.set(current + 1), change_model.partitions.set(list(keys)),
+                    change_model.expires_at.set(int(time.time()) + CHANGE_RETENTION_S)])
+
+            codes = self.transact(what, full)
+            if codes is None:
+                return None
+            if codes[-2] == CONDITION_FAILED:
+                raise LostRace(f"{what}: metadata version {current} moved on")
+            return codes[:-2]
+
+        return retry_lost_races(attempt, lambda attempts: MetadataConflictError(what, attempts))
+
+    @metadata_failures
+    def partition_changes(self, since: int, until: int) -> set[str] | None:
+        """The partition keys (``<topic id>:<n>``) changed by versions since+1 .. until, if every one
+        of those versions was a partition-only change whose change item is still there; None when
+        the caller must read everything (another kind of change, or more than `MAX_DELTA_VERSIONS`)."""
+        if until <= since:
+            return set()
+        if since < 0 or until - since > MAX_DELTA_VERSIONS:
+            return None
+        change_model = self.models.metadata_change
+        wanted = [f"{CHANGE_ITEM_PREFIX}{v}" for v in range(since + 1, until + 1)]
+        found = list(change_model.batch_get(wanted, consistent_read=True))
+        if len(found) != len(wanted):
+            return None
+        return {key for item in found for key in item.partitions}
 
     # -- metadata version --------------------------------------------------------------------
 

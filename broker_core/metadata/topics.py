@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pynamodb.exceptions import PutError
@@ -46,10 +46,12 @@ from broker_core.metadata.errors import (
 )
 from broker_core.metadata.models import PartitionItem, TopicItem
 from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState, TopicDescription
-from broker_core.metadata.tables import metadata_failures
+from broker_core.metadata.tables import PARTITION_PAGE_SIZE, metadata_failures
 from broker_core.retry import LostRace, retry_lost_races
 
 MAX_TOPIC_NAME_LENGTH = 249
+# DynamoDB's TransactWriteItems takes 100 items: these partitions, the lease check, the version and the change item.
+PARTITIONS_PER_TRANSACTION = 97
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -159,6 +161,11 @@ def _topic_from_item(item: TopicItem) -> TopicDescription:
     )
 
 
+def partition_key(topic_id: str, partition: int) -> str:
+    """How the change sequence names a partition: ``<topic id>:<partition>``."""
+    return f"{topic_id}:{partition}"
+
+
 def partition_from_item(item: PartitionItem) -> PartitionState:
     return PartitionState(
         topic=item.topic,
@@ -193,6 +200,19 @@ def _check_partition_state(state: PartitionState) -> None:
         raise invalid(f"adding {list(state.adding_replicas)} and removing {list(state.removing_replicas)} must be "
                       f"disjoint subsets of replicas {list(state.replicas)}")
 
+
+def _as_written(state: PartitionState, expected_partition_epoch: int) -> PartitionState:
+    return replace(state, replicas=tuple(state.replicas), isr=tuple(state.isr),
+                   adding_replicas=tuple(state.adding_replicas), removing_replicas=tuple(state.removing_replicas),
+                   partition_epoch=expected_partition_epoch + 1)
+
+
+@dataclass(frozen=True)
+class PartitionBatchResult:
+    """What `TopicCatalog.update_partitions` wrote, and the proposals whose partition epoch had moved on."""
+
+    written: tuple[PartitionState, ...]
+    conflicted: tuple[PartitionState, ...]
 
 
 class TopicCatalog(BrokerRegistry):
@@ -419,8 +439,19 @@ class TopicCatalog(BrokerRegistry):
         item = self._get_topic_item(topic)
         if item is None:
             raise UnknownTopicError(topic)
-        items = self.models.partition.query(item.topic_id, consistent_read=True)
+        items = self.models.partition.query(item.topic_id, consistent_read=True, page_size=PARTITION_PAGE_SIZE)
         return sorted((partition_from_item(i) for i in items), key=lambda p: p.partition)
+
+    @metadata_failures
+    def get_partitions_by_key(self, keys: Iterable[str]) -> list[PartitionState]:
+        """The partitions named by change-sequence keys (``<topic id>:<n>``), consistent reads in
+        batches; a key whose item is gone is left out."""
+        wanted = []
+        for key in keys:
+            topic_id, _, index = key.rpartition(":")
+            wanted.append((topic_id, int(index)))
+        items = self.models.partition.batch_get(wanted, consistent_read=True)
+        return [partition_from_item(item) for item in items]
 
     @metadata_failures
     def get_partition(self, topic: str, partition: int) -> PartitionState:
@@ -434,6 +465,66 @@ class TopicCatalog(BrokerRegistry):
             )
         except self.models.partition.DoesNotExist:
             raise UnknownPartitionError(topic, partition) from None
+
+    @metadata_failures
+    def update_partitions(
+        self,
+        changes: Sequence[tuple[PartitionState, int]],
+        controller_epoch: int | None = None,
+    ) -> PartitionBatchResult:
+        """`update_partition` for many partitions, in as few DynamoDB transactions as fit them.
+
+        ``changes`` holds (new state, expected partition epoch) pairs. They are written in
+        transactions of up to `PARTITIONS_PER_TRANSACTION` partitions, each with one metadata
+        version bump (and, with ``controller_epoch``, one check of the controller lease): a broker
+        re-reads once per transaction, not once per partition. Each partition's write is still
+        conditional on its own partition epoch; a partition whose condition fails is left out and
+        returned in ``conflicted`` (its epoch moved on, or it was deleted) and the rest of its
+        transaction is written without it. Raises InvalidPartitionStateError before writing
+        anything if a state is invalid, FencedControllerError if the lease moved on (partitions of
+        earlier transactions may then be written already, each a complete, valid change).
+        """
+        for state, _ in changes:
+            _check_partition_state(state)
+        written: list[PartitionState] = []
+        conflicted: list[PartitionState] = []
+        for start in range(0, len(changes), PARTITIONS_PER_TRANSACTION):
+            chunk = list(changes[start:start + PARTITIONS_PER_TRANSACTION])
+            while chunk:
+                codes = self.transact_partition_change(
+                    f"update {len(chunk)} partitions", self._partition_updates(chunk, controller_epoch),
+                    [partition_key(state.topic_id, state.partition) for state, _ in chunk])
+                if codes is None:
+                    written.extend(_as_written(state, epoch) for state, epoch in chunk)
+                    break
+                if controller_epoch is not None:
+                    if codes[0] == CONDITION_FAILED:
+                        raise FencedControllerError(controller_epoch)
+                    codes = codes[1:]
+                failed = {i for i, code in enumerate(codes[:len(chunk)]) if code == CONDITION_FAILED}
+                conflicted.extend(chunk[i][0] for i in sorted(failed))
+                chunk = [change for i, change in enumerate(chunk) if i not in failed]
+        return PartitionBatchResult(written=tuple(written), conflicted=tuple(conflicted))
+
+    def _partition_updates(self, chunk: Sequence[tuple[PartitionState, int]],
+                           controller_epoch: int | None) -> Callable[[TransactWrite], None]:
+        partition = self.models.partition
+
+        def build(transaction: TransactWrite) -> None:
+            if controller_epoch is not None:
+                self.add_controller_check(transaction, controller_epoch)
+            for state, expected in chunk:
+                transaction.update(partition(state.topic_id, state.partition), actions=[
+                    partition.replicas.set(list(state.replicas)),
+                    partition.leader.set(state.leader),
+                    partition.leader_epoch.set(state.leader_epoch),
+                    partition.isr.set(list(state.isr)),
+                    partition.partition_epoch.set(expected + 1),
+                    partition.adding_replicas.set(list(state.adding_replicas)),
+                    partition.removing_replicas.set(list(state.removing_replicas)),
+                ], condition=partition.partition_epoch == expected)
+
+        return build
 
     @metadata_failures
     def update_partition(
@@ -469,22 +560,11 @@ class TopicCatalog(BrokerRegistry):
             if controller_epoch is not None:
                 self.add_controller_check(transaction, controller_epoch)
             transaction.update(key, actions=actions, condition=condition)
-            self.add_version_bump(transaction)
 
-        codes = self.transact(f"update partition {new_state.topic}-{new_state.partition}", build)
+        codes = self.transact_partition_change(f"update partition {new_state.topic}-{new_state.partition}", build,
+                                               [partition_key(new_state.topic_id, new_state.partition)])
         if codes is None:
-            return PartitionState(
-                topic=new_state.topic,
-                topic_id=new_state.topic_id,
-                partition=new_state.partition,
-                replicas=tuple(new_state.replicas),
-                leader=new_state.leader,
-                leader_epoch=new_state.leader_epoch,
-                partition_epoch=next_epoch,
-                isr=tuple(new_state.isr),
-                adding_replicas=tuple(new_state.adding_replicas),
-                removing_replicas=tuple(new_state.removing_replicas),
-            )
+            return _as_written(new_state, expected_partition_epoch)
         if controller_epoch is not None and codes[0] == CONDITION_FAILED:
             raise FencedControllerError(controller_epoch)
         try:

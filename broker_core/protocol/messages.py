@@ -34,7 +34,7 @@ NO_THROTTLE = datetime.timedelta(0)
 # API key -> (lowest, highest) version Floe serves. The lowest versions are Kafka 4.0's floor (the
 # oldest kio generates); the highest are where the behaviour behind every field is implemented.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 9),
+    ApiKey.PRODUCE: (3, 10),  # v10: KIP-951's current leader in NOT_LEADER_OR_FOLLOWER answers
     ApiKey.FETCH: (4, 18),  # v13+ addresses topics by id
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),

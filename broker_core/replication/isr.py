@@ -16,8 +16,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from broker_core.metadata.errors import MetadataError, StaleEpochError
-from broker_core.metadata.state import BrokerState
+from broker_core.metadata.errors import MetadataError
+from broker_core.metadata.state import BrokerState, PartitionState
 
 if TYPE_CHECKING:
     from broker_core.server.context import BrokerContext
@@ -65,36 +65,42 @@ class IsrManager:
         live = {b.broker_id for b in image.brokers.values() if b.state is BrokerState.RUNNING}
         lag_max = self.context.config.get_int("replica.lag.time.max.ms")
         now = time.monotonic() * 1000
+        changes: list[tuple[Partition, PartitionState]] = []
         for partition in list(self.context.replicas.partitions.values()):
             if not partition.is_leader:
                 continue
             new_isr = proposed_isr(partition, live, lag_max, now)
             if set(new_isr) == set(partition.isr):
                 continue
-            await self._alter(partition, new_isr)
+            state = image.partitions.get((partition.topic, partition.index))
+            if state is None or state.leader_epoch != partition.leader_epoch:
+                continue
+            changes.append((partition, replace(state, isr=new_isr)))
+        if changes:
+            await self._alter(changes)
 
-    async def _alter(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
-        state = self.context.image.partitions.get((partition.topic, partition.index))
-        if state is None or state.leader_epoch != partition.leader_epoch:
-            return
-        proposed = replace(state, isr=new_isr)
+    async def _alter(self, changes: list[tuple[Partition, PartitionState]]) -> None:
+        """One batched AlterPartition for every partition whose ISR should change (KIP-841-style)."""
+        store = self.context.store
         try:
-            written = await asyncio.to_thread(self.context.store.update_partition, proposed, partition.partition_epoch)
-        except StaleEpochError:
-            log.info("%s-%d: ISR change to %s lost a race; re-reading metadata", partition.topic, partition.index, new_isr,
-                     extra=_fields(partition, proposed_isr=list(new_isr)))
-            await self.context.refresh_metadata()
-            return
+            result = await asyncio.to_thread(
+                store.update_partitions, [(proposed, partition.partition_epoch) for partition, proposed in changes])
         except MetadataError as exc:
-            log.warning("%s-%d: ISR change to %s failed: %s", partition.topic, partition.index, new_isr, exc,
-                        extra=_fields(partition, proposed_isr=list(new_isr)))
+            log.warning("ISR change of %d partitions failed: %s", len(changes), exc)
             return
-        log.info("%s-%d: ISR %s -> %s (partition epoch %d)", partition.topic, partition.index, partition.isr,
-                 written.isr, written.partition_epoch,
-                 extra=_fields(partition, previous_isr=list(partition.isr), isr=list(written.isr),
-                               partition_epoch=written.partition_epoch))
-        if len(written.isr) < len(partition.isr):
-            self.context.metrics.isr_shrinks.inc()
-        elif len(written.isr) > len(partition.isr):
-            self.context.metrics.isr_expands.inc()
-        partition.update_isr(tuple(written.isr), written.partition_epoch)
+        by_key = {(p.topic, p.index): p for p, _ in changes}
+        for written in result.written:
+            partition = by_key[(written.topic, written.partition)]
+            log.info("%s-%d: ISR %s -> %s (partition epoch %d)", partition.topic, partition.index, partition.isr,
+                     written.isr, written.partition_epoch,
+                     extra=_fields(partition, previous_isr=list(partition.isr), isr=list(written.isr),
+                                   partition_epoch=written.partition_epoch))
+            if len(written.isr) < len(partition.isr):
+                self.context.metrics.isr_shrinks.inc()
+            elif len(written.isr) > len(partition.isr):
+                self.context.metrics.isr_expands.inc()
+            partition.update_isr(tuple(written.isr), written.partition_epoch)
+        if result.conflicted:
+            # The controller (or a newer leader) changed these first: learn what it wrote.
+            log.info("ISR change of %d partitions lost a race; re-reading metadata", len(result.conflicted))
+            await self.context.refresh_metadata(unless_at=await asyncio.to_thread(store.metadata_version))

@@ -7,9 +7,10 @@ broker only through the `BrokerContext` protocol; this module imports none of th
 Start-up: create the DynamoDB tables if missing, listen, register (getting a broker epoch), read the
 metadata snapshot and open the replicas assigned here. Then, until stopped, these loops run:
 heartbeat (re-registering with a new epoch if the controller fenced us), metadata poll (a consistent
-read of the version item; a new version means a new snapshot), the controller role (try the lease,
-and while holding it fence stalled brokers, elect leaders and complete partition reassignments whose
-new replicas are in sync, at the metadata poll cadence), log
+read of the version item; a new version means reading what changed: only the partitions named by
+the change sequence when every version between was a partition change, else a new snapshot), the
+controller role (try the lease, and while holding it fence stalled brokers, elect leaders and complete
+partition reassignments whose new replicas are in sync, at the metadata poll cadence), log
 retention, the ISR check and the high-watermark checkpoint.
 pynamodb is synchronous, so every DynamoDB call runs in a worker thread, never on the event loop.
 
@@ -25,10 +26,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
+from broker_core.log.checkpoint import write_offset_checkpoint
 from broker_core.metadata.controller import Controller, ControllerLease
-from broker_core.metadata.errors import BrokerFencedError, MetadataError
+from broker_core.metadata.errors import BrokerFencedError, FencedControllerError, MetadataError
 from broker_core.metadata.image import MetadataImage
 from broker_core.metadata.reassignment import PartitionReassignments
 from broker_core.metadata.state import BrokerState, PartitionState
@@ -124,7 +127,6 @@ class Broker:
         self._parts: BrokerParts | None = None
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
-        self._lease_renewal_due = float("-inf")
         self._leader_rebalance_due = float("inf")
         self._catch_up: asyncio.Task | None = None
         self._catch_up_started = float("-inf")
@@ -172,6 +174,7 @@ class Broker:
                                 name="metadata-poll"),
             asyncio.create_task(self._every(self.controller_check_interval_s(), self._controller_duty),
                                 name="controller"),
+            asyncio.create_task(self._every(heartbeat_s, self._renew_controller_lease), name="controller-lease"),
             asyncio.create_task(self._every(self.config.get_int("log.retention.check.interval.ms") / 1000,
                                             self._enforce_retention), name="retention"),
             asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, parts.isr.run_once), name="isr"),
@@ -182,7 +185,7 @@ class Broker:
     async def stop(self, *, controlled: bool = True) -> None:
         # The controller duty goes first: run during the shutdown it would take back the lease
         # that controlled shutdown gives up.
-        await self._cancel_tasks(("controller",))
+        await self._cancel_tasks(("controller", "controller-lease"))
         if controlled and self.config.get_bool("controlled.shutdown.enable") and self.broker_epoch >= 0:
             try:
                 await self._controlled_shutdown()
@@ -337,6 +340,8 @@ class Broker:
         async with self._refresh_lock:
             if unless_at is not None and self.image.version >= unless_at:
                 return
+            if unless_at is not None and await self._apply_delta(unless_at):
+                return
             # Independent reads, so they overlap: the refresh is on the failover path. Followers
             # (client quotas) re-read what they cache; each handles its own failures.
             snapshot, lease, *_ = await asyncio.gather(asyncio.to_thread(self.store.snapshot),
@@ -350,6 +355,22 @@ class Broker:
             self.metrics.forget_topics_except(image.topics)
             await self.parts.fetchers.update()
 
+    async def _apply_delta(self, version: int) -> bool:
+        """Bring the image to ``version`` by reading only the partitions changed since its version
+        (the change sequence, ``MetadataStore.partition_changes``); False if the versions between
+        hold any other kind of change (then the caller reads a whole snapshot)."""
+        keys = await asyncio.to_thread(self.store.partition_changes, self.image.version, version)
+        if keys is None:
+            return False
+        states = await asyncio.to_thread(self.store.get_partitions_by_key, keys) if keys else []
+        image = self.image.with_partitions(version, states)
+        if image is None:
+            return False
+        self.image = image
+        self.replicas.apply(image, changed={(s.topic, s.partition) for s in states})
+        await self.parts.fetchers.update()
+        return True
+
     def controller_check_interval_s(self) -> float:
         """How often the controller duty runs: the metadata poll interval, at most the heartbeat interval."""
         return min(self.config.get_int("metadata.poll.interval.ms"),
@@ -358,20 +379,19 @@ class Broker:
     async def _controller_duty(self) -> None:
         """One pass of the controller role, run every `controller_check_interval_s`.
 
-        The lease holder renews the lease once per heartbeat interval but checks broker liveness on
-        every pass, so a broker is fenced (and its partitions get new leaders) within one check
+        The lease holder renews the lease once per heartbeat interval, in a task of its own
+        (`_renew_controller_lease`) so that a long pass (a snapshot of many partitions on a slow
+        store) cannot let the lease lapse, and checks broker liveness on every pass, so a broker is fenced (and its partitions get new leaders) within one check
         interval of its session running out, not one heartbeat interval. The other brokers read
         the lease and observe heartbeats on every pass, so one takes over within a check interval
         of the lease lapsing. In DynamoDB terms: a GetItem and a Scan of the broker table per pass
         per broker, and one lease write per heartbeat interval.
         """
         loop = asyncio.get_running_loop()
-        if (self.controller is not None and self.lease.controller_epoch is not None
-                and loop.time() < self._lease_renewal_due):
-            epoch = self.lease.controller_epoch
+        if self.controller is not None and self.lease.controller_epoch is not None:
+            epoch = self.lease.controller_epoch  # renewed by `_renew_controller_lease`
         else:
             epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id)
-            self._lease_renewal_due = loop.time() + self.config.get_int("broker.heartbeat.interval.ms") / 1000
         if epoch is None:
             self.controller = None
             # Watch heartbeats while another broker holds the lease, so that on taking over this
@@ -413,9 +433,27 @@ class Broker:
             self.metrics.elections.labels(cause).inc(elected)
             self.metrics.election_seconds.observe(time.perf_counter() - started)
 
+    async def _renew_controller_lease(self) -> None:
+        """Bump the lease's heartbeat while this broker holds it (every heartbeat interval)."""
+        if self.controller is None or self.lease.controller_epoch is None:
+            return
+        try:
+            await asyncio.to_thread(self.lease.heartbeat)
+        except FencedControllerError as exc:
+            log.warning("broker %d lost the controller lease: %s", self.config.broker_id, exc)
+            self.controller = None
+
     async def _checkpoint_high_watermarks(self) -> None:
-        for partition in list(self.replicas.partitions.values()):
-            partition.checkpoint_high_watermark()
+        # Each checkpoint is a file write with two fsyncs: for hundreds of partitions that is seconds
+        # of the event loop (a py-spy profile of a failover at 1,000 partitions found a survivor
+        # spending a third of its time here), so the writes go to a worker thread.
+        due = [(partition, checkpoint) for partition in list(self.replicas.partitions.values())
+               if (checkpoint := partition.high_watermark_checkpoint_due()) is not None]
+        if not due:
+            return
+        await asyncio.to_thread(_write_checkpoints, [checkpoint for _, checkpoint in due])
+        for partition, (_, high_watermark) in due:
+            partition.high_watermark_checkpointed(high_watermark)
 
     async def _enforce_retention(self) -> None:
         for partition in list(self.replicas.partitions.values()):
@@ -425,3 +463,11 @@ class Broker:
                 # once the manifest says it is in S3.
                 continue
             partition.log.enforce_retention(high_watermark=partition.high_watermark)
+
+
+def _write_checkpoints(checkpoints: list[tuple[Path, int]]) -> None:
+    for path, high_watermark in checkpoints:
+        try:
+            write_offset_checkpoint(path, high_watermark)
+        except FileNotFoundError:
+            continue  # the replica was removed (its topic deleted) since the checkpoint was due

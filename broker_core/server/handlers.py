@@ -308,9 +308,34 @@ class RequestHandlers:
             return respond(header, {
                 "responses": [{"name": name, "partition_responses": parts} for name, parts in results],
                 "throttle_time": _throttle_time(throttle_s),
+                "node_endpoints": self._name_current_leaders(results, header.listener_name),
             })
 
         return complete
+
+    def _name_current_leaders(self, results: list[tuple[str, list[dict[str, Any]]]],
+                              listener_name: str) -> list[dict[str, Any]]:
+        """KIP-951 (Produce v10+): each NOT_LEADER_OR_FOLLOWER answer names the partition's current
+        leader and epoch as this broker's image knows them, and the response carries those leaders'
+        endpoints on the request's listener, so a client moves to the new leader without first
+        asking for metadata. Older versions drop both fields (``respond`` keeps a version's own)."""
+        image = self.context.image
+        leaders: set[int] = set()
+        for name, parts in results:
+            for result in parts:
+                if result["error_code"] != ErrorCode.not_leader_or_follower:
+                    continue
+                state = image.partitions.get((name, result["index"]))
+                if state is None or state.leader not in image.brokers:
+                    continue
+                result["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+                leaders.add(state.leader)
+        endpoints = []
+        for broker_id in sorted(leaders):
+            broker = image.brokers[broker_id]
+            host, port = broker.endpoint(listener_name)
+            endpoints.append({"node_id": broker_id, "host": host, "port": port, "rack": broker.rack})
+        return endpoints
 
     def _produce_throttle(self, request: Request, appending_s: float) -> float:
         """Kafka records a Produce request's whole size against the producer byte rate, and (here)
@@ -931,8 +956,17 @@ class RequestHandlers:
                 for c in describe_topic_configs(configs, self.context.config, None)
             ]
         if created:
-            await self.context.refresh_metadata()
+            await self._refresh_after_change("CreateTopics")
         return respond(request, {"throttle_time": _throttle_time(quotas.mutation_throttle(identity)), "topics": results})
+
+    async def _refresh_after_change(self, what: str) -> None:
+        """Read the metadata this broker just changed, so its next answers show the change. The change
+        is written whatever this read does: if DynamoDB does not answer it, the regular poll catches
+        up, and the request is still answered with what was done."""
+        try:
+            await self.context.refresh_metadata()
+        except meta_errors.MetadataError as exc:
+            log.warning("%s: written, but re-reading the metadata failed (the next poll will): %s", what, exc)
 
     def _validate_new_topic(self, name: str, num_partitions: int, replication: int) -> None:
         """What create_topic checks, without writing: for CreateTopics with validate_only."""
@@ -973,7 +1007,7 @@ class RequestHandlers:
             if described is not None:
                 quotas.record_mutations(identity, described.num_partitions)
         if deleted:
-            await self.context.refresh_metadata()
+            await self._refresh_after_change("DeleteTopics")
         return respond(request, {"throttle_time": _throttle_time(quotas.mutation_throttle(identity)),
                                  "responses": results})
 

@@ -119,9 +119,20 @@ class Partition:
     def checkpoint_high_watermark(self) -> None:
         """Persist the HW (as Kafka's replication-offset-checkpoint does), so that after a restart the
         records consumers could already see stay visible even before followers report in."""
-        if self.high_watermark != self._checkpointed_high_watermark:
-            write_offset_checkpoint(self.log.directory / HIGH_WATERMARK_FILE, self.high_watermark)
-            self._checkpointed_high_watermark = self.high_watermark
+        due = self.high_watermark_checkpoint_due()
+        if due is not None:
+            write_offset_checkpoint(due[0], due[1])
+            self.high_watermark_checkpointed(due[1])
+
+    def high_watermark_checkpoint_due(self) -> tuple[Path, int] | None:
+        """(file, HW) to write if the HW moved since the last checkpoint: the write itself (an fsync)
+        may then run off the event loop, followed by `high_watermark_checkpointed` on it."""
+        if self.high_watermark == self._checkpointed_high_watermark:
+            return None
+        return self.log.directory / HIGH_WATERMARK_FILE, self.high_watermark
+
+    def high_watermark_checkpointed(self, high_watermark: int) -> None:
+        self._checkpointed_high_watermark = high_watermark
 
     @property
     def is_leader(self) -> bool:

@@ -2,15 +2,16 @@
 
 `ReplicaManager.apply` reconciles the hosted replicas with a new image: it opens logs for
 partitions newly assigned here, switches roles on leader changes, and closes and removes the
-replicas of deleted topics and those reassigned to other brokers. It runs on the event loop; opening
-a log (recovery) is quick enough for the partition counts a broker hosts here, and happens only when
-assignments change.
+replicas of deleted topics and those reassigned to other brokers; given the partitions a metadata
+delta changed, it looks at those only. It runs on the event loop; opening a log (recovery) is quick
+enough for the partition counts a broker hosts here, and happens only when assignments change.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 
 from broker_core.metadata.image import MetadataImage
@@ -38,12 +39,24 @@ class ReplicaManager:
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
-    def apply(self, image: MetadataImage) -> list[Partition]:
-        """Bring hosted replicas in line with ``image``; returns partitions that became followers."""
+    def apply(self, image: MetadataImage, changed: Collection[tuple[str, int]] | None = None) -> list[Partition]:
+        """Bring hosted replicas in line with ``image``; returns partitions that became followers.
+
+        With ``changed`` (a metadata delta: only these partitions' states differ from the image
+        applied before) only those partitions are looked at, so a leader election that moves
+        hundreds of partitions costs one pass over them, not over every partition hosted.
+        """
         me = self.config.broker_id
         new_followers: list[Partition] = []
-        for key, state in image.partitions.items():
+        if changed is None:
+            states = image.partitions.items()
+        else:
+            states = [(key, image.partitions[key]) for key in changed if key in image.partitions]
+        for key, state in states:
             if me not in state.replicas:
+                if changed is not None and key in self.partitions:
+                    # Reassigned away (a partition-only change): deleted as in the full pass below.
+                    self._drop(key, delete=True)
                 continue
             topic = image.topics.get(state.topic)
             if topic is None:
@@ -69,6 +82,8 @@ class ReplicaManager:
                 new_followers.append(partition)
             else:
                 partition.replicas, partition.isr, partition.partition_epoch = replicas, isr, state.partition_epoch
+        if changed is not None:
+            return new_followers
         for key in list(self.partitions):
             state = image.partitions.get(key)
             if state is None or me not in state.replicas:

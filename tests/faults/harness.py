@@ -444,6 +444,7 @@ class FaultCluster:
     scratch: Path
     producer: ContinuousProducer | None = None
     paused: set[int] = field(default_factory=set)
+    partition_count: int = PARTITIONS
 
     # what DynamoDB says --------------------------------------------------------------------------
 
@@ -531,7 +532,7 @@ class FaultCluster:
         def matched() -> bool:
             hws = high_watermarks()
             ends = {(p, b): log_end_offset_on_disk(self.stack.processes[b].data_dir / f"{TOPIC}-{p}")
-                    for p in range(PARTITIONS) for b in self.stack.processes}
+                    for p in range(self.partition_count) for b in self.stack.processes}
             return all(ends[(p, b)] == hws[p] for p, b in ends)
 
         try:
@@ -551,12 +552,12 @@ class FaultCluster:
         undelivered = producer.stop()
         consumer_hws = self._consumer_high_watermarks
         self.wait_for_replicas_to_match(consumer_hws)
-        consumed, high_watermarks = consume_everything(self.stack.client_config, TOPIC, PARTITIONS)
+        consumed, high_watermarks = consume_everything(self.stack.client_config, TOPIC, self.partition_count)
         self.stack.stop(save_state=False)
         replicas = {
             p: [read_replica_log(process.data_dir / f"{TOPIC}-{p}", self.scratch, b, p, high_watermarks[p])
                 for b, process in sorted(self.stack.processes.items())]
-            for p in range(PARTITIONS)
+            for p in range(self.partition_count)
         }
         return Outcome(acked={**producer.acked, **(extra_acked or {})}, consumed=consumed,
                        high_watermarks=high_watermarks, replicas=replicas,
@@ -567,7 +568,7 @@ class FaultCluster:
         consumer = Consumer({**self.stack.client_config, "group.id": "fault-hw"})
         try:
             return {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
-                    for p in range(PARTITIONS)}
+                    for p in range(self.partition_count)}
         finally:
             consumer.close()
 
@@ -578,17 +579,19 @@ class FaultCluster:
         return self.producer
 
 
-def create_replicated_topic(client_config: dict[str, str]) -> None:
+def create_replicated_topic(client_config: dict[str, str], partitions: int = PARTITIONS) -> None:
     """Create the topic. librdkafka may drop its bootstrap connection (the one the request went on)
     when the cluster's metadata names the same brokers, failing the request with _DESTROY_BROKER
     though the broker may have created the topic (likelier when each connection authenticates first):
     asked again, and an existing topic is then the answer wanted."""
     admin = AdminClient(client_config)
     for attempt in range(3):
-        topic = NewTopic(TOPIC, PARTITIONS, REPLICATION_FACTOR, config={
+        topic = NewTopic(TOPIC, partitions, REPLICATION_FACTOR, config={
             "min.insync.replicas": str(MIN_INSYNC_REPLICAS), "segment.bytes": str(SEGMENT_BYTES)})
         try:
-            admin.create_topics([topic])[TOPIC].result(timeout=30)
+            # 30 s for the 3-partition topic; creating 1,000 partitions on the local stack took 13 s
+            # on a busy 2-core machine (docs/performance.md, Scale), and more under heavier load.
+            admin.create_topics([topic])[TOPIC].result(timeout=max(30.0, partitions * 0.12))
             return
         except KafkaException as exc:
             code = exc.args[0].code()
@@ -599,11 +602,13 @@ def create_replicated_topic(client_config: dict[str, str]) -> None:
 
 
 @contextmanager
-def fault_cluster(directory: Path, overrides: dict[str, str] | None = None) -> Iterator[FaultCluster]:
+def fault_cluster(directory: Path, overrides: dict[str, str] | None = None,
+                  partitions: int = PARTITIONS) -> Iterator[FaultCluster]:
     """Three brokers, the replicated topic created with every replica in sync, nothing produced yet."""
     with running_stack(directory / "stack", brokers=BROKERS, overrides=overrides, security=SECURITY) as stack:
-        create_replicated_topic(stack.client_config)
-        cluster = FaultCluster(stack=stack, store=MetadataStore(stack.aws), scratch=directory / "replicas")
+        create_replicated_topic(stack.client_config, partitions)
+        cluster = FaultCluster(stack=stack, store=MetadataStore(stack.aws), scratch=directory / "replicas",
+                               partition_count=partitions)
         cluster.wait_for_full_isr()
         try:
             yield cluster

@@ -3,6 +3,7 @@ import threading
 import boto3
 import pytest
 
+from broker_core.metadata.controller import ControllerLease
 from broker_core.metadata.errors import (
     BrokerFencedError,
     InvalidBrokerRegistrationError,
@@ -359,3 +360,38 @@ def test_producer_id_blocks_never_overlap_under_concurrent_allocation(store):
         assert block.end - block.start == 100
     for earlier, later in zip(ordered, ordered[1:], strict=False):
         assert earlier.end <= later.start
+
+
+def test_a_batched_partition_update_writes_all_but_the_stale_ones_in_few_versions(store, register_brokers):
+    register_brokers([1, 2, 3])
+    store.create_topic("t", 120, 3)
+    states = store.get_partitions("t")
+    store.update_partition(states[7].with_isr(states[7].isr[:2]), 0)  # partition 7 moves on first
+    before = store.metadata_version()
+    controller_epoch = ControllerLease(store).try_acquire(1)
+    result = store.update_partitions([(s.with_leader(s.replicas[1], s.isr), 0) for s in states], controller_epoch)
+    assert [s.partition for s in result.conflicted] == [7]
+    assert len(result.written) == 119
+    # 97 partitions per transaction (with the lease check, the version and the change item, DynamoDB's
+    # 100): 120 in two, each one version of the change sequence.
+    assert store.metadata_version() == before + 2
+    stored = {p.partition: p for p in store.get_partitions("t")}
+    assert all(stored[s.partition] == s and s.leader_epoch == 1 for s in result.written)
+    assert (stored[7].leader, stored[7].partition_epoch) == (states[7].leader, 1)
+
+
+def test_the_change_sequence_names_changed_partitions_and_gives_up_on_other_changes(store, register_brokers):
+    register_brokers([1, 2])
+    store.create_topic("t", 4, 2)
+    states = store.get_partitions("t")
+    start = store.metadata_version()
+    store.update_partitions([(states[1].with_isr(states[1].isr[:1]), 0), (states[3].with_isr(states[3].isr[:1]), 0)])
+    store.update_partition(states[2].with_isr(states[2].isr[:1]), 0)
+    now = store.metadata_version()
+    keys = store.partition_changes(start, now)
+    assert keys == {f"{states[0].topic_id}:{n}" for n in (1, 2, 3)}
+    assert [(p.partition, p.isr) for p in sorted(store.get_partitions_by_key(keys), key=lambda p: p.partition)] == [
+        (n, states[n].isr[:1]) for n in (1, 2, 3)]
+    assert store.partition_changes(now, now) == set()
+    store.alter_topic_configs("t", {"retention.ms": "1000"})  # not a partition change: read everything
+    assert store.partition_changes(start, store.metadata_version()) is None

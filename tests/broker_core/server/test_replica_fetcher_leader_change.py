@@ -10,7 +10,9 @@ joins its fetcher shows that the long poll already out did not hold the newcomer
 from __future__ import annotations
 
 import asyncio
+import datetime
 import signal
+from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
@@ -20,6 +22,8 @@ from broker_core.local_stack import LocalStack
 from broker_core.metadata.controller import ControllerLease
 from broker_core.metadata.store import MetadataStore
 from broker_core.protocol.api_keys import ApiKey
+from broker_core.protocol.messages import build_entity, request_class
+from broker_core.records import SimpleRecord, build_batch
 from tests.faults.harness import produce_directly
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
@@ -88,6 +92,32 @@ def test_followers_find_the_new_leader_after_a_leader_dies_without_a_metadata_po
         after = store.get_partition(topic, doomed.partition)
         assert after.leader == new_leader and after.leader_epoch > doomed.leader_epoch
         assert doomed.leader not in after.isr
+
+        # KIP-951: the other survivor, a follower, points a producer at the new leader at once.
+        follower = next(b for b in stack.processes if b not in (doomed.leader, new_leader))
+        answer, endpoints = produce_v10(stack, follower, topic, doomed.partition)
+        assert answer.error_code == ErrorCode.not_leader_or_follower
+        assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (new_leader, after.leader_epoch)
+        assert [(e.node_id, e.host, e.port) for e in endpoints] == [
+            (new_leader, stack.host, stack.processes[new_leader].port)]
+
+
+def produce_v10(stack: LocalStack, broker_id: int, topic: str, partition: int) -> tuple[Any, tuple[Any, ...]]:
+    """One acks=all Produce v10 to this broker: its partition answer and the response's node endpoints."""
+    async def produce() -> Any:
+        connection = BrokerConnection(stack.host, stack.processes[broker_id].port)
+        await connection.connect()
+        try:
+            request = build_entity(request_class(ApiKey.PRODUCE, 10), {
+                "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=5),
+                "topic_data": [{"name": topic, "partition_data": [
+                    {"index": partition, "records": build_batch([SimpleRecord(value=b"moved")])}]}]})
+            return await connection.send(ApiKey.PRODUCE, request)
+        finally:
+            await connection.close()
+
+    response = asyncio.run(produce())
+    return response.responses[0].partition_responses[0], response.node_endpoints
 
 
 def test_a_partition_joining_a_fetcher_is_replicated_while_a_long_poll_is_out(tmp_path) -> None:

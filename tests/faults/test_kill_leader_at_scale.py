@@ -1,0 +1,112 @@
+"""The kill-leader fault at 1,000 partitions (issue 26): SIGKILL of the broker leading the most
+partitions while an idempotent acks=all producer writes to all of them; every partition must accept
+an acks=all write again within two session timeouts, and no acknowledged record may be lost,
+duplicated or moved (tests.faults.harness checks the replicas byte for byte afterwards).
+
+From the kill, a probe sends one-record acks=all Produce requests, to each broker for every partition
+still waiting that DynamoDB names it the leader of (up to 100 partitions a request), until each partition has
+acknowledged one; the records it gets acknowledged join the producer's in the final check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker_core.client import BrokerConnection, ClientError
+from broker_core.protocol.api_keys import ApiKey
+from broker_core.records import SimpleRecord, build_batch
+from tests.faults.harness import SESSION_TIMEOUT_S, TOPIC, FaultCluster, fault_cluster
+
+PARTITIONS_AT_SCALE = 1000
+PROBE_TIMEOUT_MS = 5000
+PARTITIONS_PER_REQUEST = 100
+
+
+class WriteProbe:
+    """acks=all writes to every partition until each has been acknowledged once (see the module doc)."""
+
+    def __init__(self, cluster: FaultCluster, partitions: int) -> None:
+        self.cluster = cluster
+        self.pending = set(range(partitions))
+        self.accepted_after_s: dict[int, float] = {}
+        self.acknowledged: dict[bytes, tuple[int, int]] = {}
+        self.answers: Counter[str] = Counter()
+        self._connections: dict[int, BrokerConnection] = {}
+        self._attempt = 0
+
+    async def run(self, started: float, give_up_after_s: float) -> None:
+        try:
+            while self.pending and time.monotonic() - started < give_up_after_s:
+                states = await asyncio.to_thread(self.cluster.store.get_partitions, TOPIC)
+                by_leader: dict[int, list[int]] = {}
+                for state in states:
+                    if state.partition in self.pending and state.leader >= 0:
+                        by_leader.setdefault(state.leader, []).append(state.partition)
+                self._attempt += 1
+                await asyncio.gather(*(self._write(b, ps[i:i + PARTITIONS_PER_REQUEST], started)
+                                       for b, ps in by_leader.items() for i in range(0, len(ps), PARTITIONS_PER_REQUEST)))
+                await asyncio.sleep(0.05)
+        finally:
+            for connection in self._connections.values():
+                await connection.close()
+
+    async def _write(self, broker_id: int, partitions: list[int], started: float) -> None:
+        process = self.cluster.stack.processes[broker_id]
+        if not process.alive():
+            self.answers["leader is the killed broker"] += len(partitions)
+            return
+        values = {p: f"probe-{p}-{self._attempt}-{broker_id}".encode() for p in partitions}
+        try:
+            connection = self._connections.get(broker_id)
+            if connection is None or not connection.connected:
+                host, port = self.cluster.address(broker_id)
+                connection = BrokerConnection(host, port, request_timeout_s=PROBE_TIMEOUT_MS / 1000 + 10,
+                                              security=self.cluster.security)
+                await connection.connect()
+                self._connections[broker_id] = connection
+            response = await connection.send(ApiKey.PRODUCE, {
+                "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(milliseconds=PROBE_TIMEOUT_MS),
+                "topic_data": [{"name": TOPIC, "partition_data": [
+                    {"index": p, "records": build_batch([SimpleRecord(value=values[p])])} for p in partitions]}]})
+        except ClientError:
+            self.answers["connection failed"] += len(partitions)
+            return
+        elapsed = time.monotonic() - started
+        for answer in response.responses[0].partition_responses:
+            code = ErrorCode(answer.error_code)
+            self.answers[code.name] += 1
+            if code == ErrorCode.none:
+                self.acknowledged[values[answer.index]] = (answer.index, answer.base_offset)
+                self.pending.discard(answer.index)
+                self.accepted_after_s.setdefault(answer.index, elapsed)
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(1200)
+def test_killing_the_broker_leading_most_of_1000_partitions_moves_them_all_within_two_session_timeouts(
+        tmp_path: Path) -> None:
+    with fault_cluster(tmp_path, partitions=PARTITIONS_AT_SCALE) as cluster:
+        cluster.start_producing()
+        led = Counter(p.leader for p in cluster.partitions())
+        victim, leading = led.most_common(1)[0]
+        probe = WriteProbe(cluster, PARTITIONS_AT_SCALE)
+        started = time.monotonic()
+        cluster.stop_broker(victim, signal.SIGKILL)
+        asyncio.run(probe.run(started, give_up_after_s=10 * SESSION_TIMEOUT_S))
+        slowest = max(probe.accepted_after_s.values(), default=float("inf"))
+        outcome = cluster.finish(extra_acked=probe.acknowledged)
+    assert not probe.pending, (
+        f"{len(probe.pending)} partitions took no acks=all write within {10 * SESSION_TIMEOUT_S:.0f}s of killing "
+        f"broker {victim} (leader of {leading}); answers {dict(probe.answers)}")
+    assert slowest <= 2 * SESSION_TIMEOUT_S, (
+        f"the last partition took an acks=all write {slowest:.1f}s after broker {victim} (leader of {leading}) "
+        f"was killed, more than twice the session timeout ({SESSION_TIMEOUT_S:.0f}s); answers {dict(probe.answers)}")
+    outcome.assert_consistent()
