@@ -6,7 +6,8 @@ and the end of batch N is the start of batch N+1. Spark plans each micro-batch o
 
 - ``initialOffset`` (a query with no checkpoint) resolves ``startingOffsets`` / ``startingTimestamp``.
 - ``latestOffset`` asks the partitions' leaders for their high watermarks (every acknowledged
-  record, whatever ``segment.bytes`` is), re-reads the topic list (``subscribePattern``) and
+  record, whatever ``segment.bytes`` is; with ``isolationLevel=read_committed`` their last stable
+  offsets, and the records of aborted transactions are left out of the reads), re-reads the topic list (``subscribePattern``) and
   partition counts (CreatePartitions), and caps the batch at ``maxOffsetsPerTrigger``, spread over
   the partitions in proportion to what each has waiting, as Spark's Kafka source does.
 - ``partitions(start, end)`` splits each partition's ``[start, end)`` at its tiered end: the part
@@ -48,6 +49,7 @@ from emr_jobs.options import (
     ReadOptions,
     _aws_settings,
     _boolean,
+    _isolation,
     _optional_timestamp,
     _positive_int,
     bootstrap_servers_option,
@@ -68,6 +70,7 @@ _STREAM_OPTION_NAMES = (
     "maxOffsetsPerTrigger",
     "failOnDataLoss",
     "includeHeaders",
+    "isolationLevel",
     "maxBytesPerPartition",
     "kafka.bootstrap.servers",
     "stack",
@@ -92,6 +95,7 @@ class StreamOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     include_headers: bool
+    read_committed: bool
     max_bytes_per_partition: int
     bootstrap_servers: str
     aws: AwsSettings
@@ -110,9 +114,7 @@ class StreamOptions:
             aws=self.aws,
             local_stack=self.local_stack,
             bootstrap_servers=self.bootstrap_servers,
-            # Streams read uncommitted (isolationLevel is not a stream option yet: the broker tail
-            # would have to stop at the last stable offset first).
-            read_committed=False,
+            read_committed=self.read_committed,
         )
 
 
@@ -150,6 +152,7 @@ def parse_stream_options(options: Mapping[str, str], environ: Mapping[str, str] 
         max_offsets_per_trigger=None if max_offsets is None else _positive_int("maxOffsetsPerTrigger", max_offsets),
         fail_on_data_loss=_boolean("failOnDataLoss", given.get("failOnDataLoss", "true")),
         include_headers=_boolean("includeHeaders", given.get("includeHeaders", "false")),
+        read_committed=_isolation(given.get("isolationLevel", "read_uncommitted")),
         max_bytes_per_partition=_positive_int(
             "maxBytesPerPartition", given.get("maxBytesPerPartition", str(DEFAULT_MAX_BYTES_PER_PARTITION))
         ),
@@ -214,7 +217,8 @@ class FloeStreamReader(DataSourceStreamReader):
         for topic in self._topics():
             topic_id, count = remote.topic_partitions(self.options.aws, topic)
             segments = remote.committed_segments(self.options.aws, topic_id, range(count))
-            bounds = tail.broker_bounds(self.options.bootstrap_servers, topic, range(count))
+            bounds = tail.broker_bounds(self.options.bootstrap_servers, topic, range(count),
+                                        read_committed=self.options.read_committed)
             state[topic] = {}
             for partition in range(count):
                 tiered = segments[partition]
@@ -273,7 +277,8 @@ class FloeStreamReader(DataSourceStreamReader):
                 if stop <= begin:
                     continue
                 offsets = OffsetRange(partition, begin, stop)
-                reads += plan_segment_reads(topic, offsets, tiered, self.options.max_bytes_per_partition, load_indexes)
+                reads += plan_segment_reads(topic, offsets, tiered, self.options.max_bytes_per_partition, load_indexes,
+                                            read_committed=self.options.read_committed)
                 tiered_end = tiered_bounds(tiered)[1] if tiered else begin
                 reads += tail.tail_reads(topic, {partition: (max(begin, tiered_end), stop)})
         for topic, partitions in start.items():
@@ -311,7 +316,8 @@ class FloeStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         prepare_python_worker()
         if isinstance(partition, tail.TailRead):
-            yield from tail.read_tail(self.options.bootstrap_servers, partition, self.options.include_headers)
+            yield from tail.read_tail(self.options.bootstrap_servers, partition, self.options.include_headers,
+                                      read_committed=self.options.read_committed)
         elif isinstance(partition, SegmentRead):
             yield from read_segment(self.options.read_options(partition.topic), partition)
 
