@@ -15,7 +15,8 @@ and the end of batch N is the start of batch N+1. Spark plans each micro-batch o
   A new partition starts at its earliest offset. When the start is below what the log still holds
   (retention deleted it) or past its end (the log was truncated or the topic recreated), the batch
   fails with DataLossError, or, with ``failOnDataLoss=false``, skips to what is there and logs a
-  warning, as Spark does.
+  warning, as Spark does. A segment object missing from S3 when a task reads it (a manifest row
+  whose object is gone) is data loss the same way: the task fails, or skips that segment's range.
 
 A micro-batch's range is fixed in the offset log before it is read, so a restart re-reads exactly
 the ranges recorded there: no record is lost or read twice into an exactly-once sink.
@@ -40,7 +41,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from broker_core.aws import AwsSettings
 from emr_jobs import remote, tail
-from emr_jobs.errors import DataLossError, InvalidOptionError
+from emr_jobs.errors import DataLossError, InvalidOptionError, SegmentGoneError
 from emr_jobs.options import (
     DEFAULT_MAX_BYTES_PER_PARTITION,
     EARLIEST,
@@ -319,7 +320,13 @@ class FloeStreamReader(DataSourceStreamReader):
             yield from tail.read_tail(self.options.bootstrap_servers, partition, self.options.include_headers,
                                       read_committed=self.options.read_committed)
         elif isinstance(partition, SegmentRead):
-            yield from read_segment(self.options.read_options(partition.topic), partition)
+            try:
+                yield from read_segment(self.options.read_options(partition.topic), partition)
+            except SegmentGoneError as error:
+                # The object is missing before any of its rows was returned (the GET fails first).
+                self._data_loss(partition.topic, partition.partition, partition.start_offset,
+                                f"offsets {partition.start_offset}-{partition.end_offset - 1} are in {error.object_key}, "
+                                "which is gone from S3")
 
 
 def rate_limited(position: Offsets, latest: Offsets, state: Mapping[str, Mapping[int, tuple]], limit: int) -> Offsets:

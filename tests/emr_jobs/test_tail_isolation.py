@@ -7,7 +7,13 @@ the records a Kafka read_committed consumer returns.
 
 from __future__ import annotations
 
-from broker_core.records import ControlRecordType, SimpleRecord, build_batch, build_control_batch, iter_batches
+from broker_core.records import (
+    ControlRecordType,
+    SimpleRecord,
+    build_batch,
+    build_control_batch,
+    iter_batches,
+)
 from emr_jobs.tail import committed_only
 
 
