@@ -34,7 +34,9 @@ def test_read_committed_reads_leave_out_aborted_and_open_transactions(spark: Spa
     with running_stack(tmp_path / "stack", overrides=overrides) as stack:
         topic_id = create_tiered_topic(stack, TOPIC, 1)
         plain = Producer({"bootstrap.servers": stack.bootstrap_servers, "acks": "all"})
-        producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "transactional.id": "isolated-writer"})
+        # The open transaction must outlive the Spark reads (the brokers' maximum: 15 minutes).
+        producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "transactional.id": "isolated-writer",
+                             "transaction.timeout.ms": 900_000})
         producer.init_transactions(30)
         visible: list[bytes] = []
         written: list[bytes] = []
