@@ -26,7 +26,7 @@ from broker_core.local_stack import STACK_FILE, LocalStack
 from broker_core.records import SimpleRecord
 from tests.support.stack import running_stack
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.faults  # three streaming queries, a restart each: minutes of Spark
 
 PARTITIONS = 2
 
