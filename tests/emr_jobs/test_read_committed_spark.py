@@ -20,7 +20,7 @@ from tests.emr_jobs.test_tail_reads import create_tiered_topic, tiered_end
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.faults  # tiering, a batch read each way and a stream: minutes of Spark
 
 TOPIC = "isolated"
 

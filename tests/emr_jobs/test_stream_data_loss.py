@@ -77,6 +77,7 @@ def test_a_stream_starting_below_the_log_start_fails_or_skips_as_failondataloss_
     assert lenient == values[60:]
 
 
+@pytest.mark.faults  # waits for two tiered segments and runs two streams: over 30 s
 def test_a_segment_missing_from_s3_fails_the_stream_or_is_skipped_as_failondataloss_says(
     spark: SparkSession, stack: LocalStack, tmp_path: Path
 ) -> None:
