@@ -73,7 +73,7 @@ class FloeDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark's name)
         from emr_jobs.sink import FloeStreamWriter, parse_sink_options
 
-        return FloeStreamWriter(parse_sink_options(self.options, schema))
+        return FloeStreamWriter(parse_sink_options(self.options, schema, streaming=True))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = parse_options(self.options)
@@ -106,12 +106,8 @@ class FloeReader(DataSourceReader):
         # A timestamp lookup and the byte-range cuts may both need a segment's indexes object: fetch it once.
         load_indexes = functools.cache(functools.partial(remote.read_indexes, settings))
         servers = options.bootstrap_servers
-        if servers and options.read_committed:
-            # The broker tail is read with read_uncommitted fetches; rather than rows an aborted
-            # transaction wrote, a clear refusal until tail reads honour the LSO.
-            raise InvalidOptionError("isolationLevel", "read_committed is served from tiered segments only: "
-                                     "add tieredOnly=true (records not yet tiered are then left out)")
-        bounds = tail.broker_bounds(servers, options.topic, sorted(all_segments)) if servers else {}
+        bounds = tail.broker_bounds(servers, options.topic, sorted(all_segments),
+                                    read_committed=options.read_committed) if servers else {}
         reads: list[InputPartition] = []
         for partition, segments in all_segments.items():
             log_bounds = None
@@ -151,7 +147,8 @@ class FloeReader(DataSourceReader):
         if isinstance(partition, tail.TailRead):
             prepare_python_worker()
             assert self.options.bootstrap_servers is not None  # a TailRead is only planned with them
-            yield from tail.read_tail(self.options.bootstrap_servers, partition, self.options.include_headers)
+            yield from tail.read_tail(self.options.bootstrap_servers, partition, self.options.include_headers,
+                                      read_committed=self.options.read_committed)
             return
         if not isinstance(partition, SegmentRead):
             return  # Spark hands one None partition to a read that planned none

@@ -12,7 +12,8 @@ Names and meanings follow Spark's Kafka source wherever the two overlap, so a jo
     isolationLevel        "read_uncommitted" (default, as Spark's Kafka source leaves kafka.isolation.level)
                           or "read_committed": leave out the records of aborted transactions, known from
                           the transaction section of each segment's indexes object (tiering copies only
-                          what lies below the last stable offset, so every transaction read has ended)
+                          what lies below the last stable offset, so every transaction read has ended);
+                          the tail is then read up to the last stable offset, "latest" is the LSO
     maxBytesPerPartition  split segments into index-aligned byte ranges of at most this many bytes
                           (default 134217728, Spark's spark.sql.files.maxPartitionBytes; a range can
                           only be cut at an index entry, so one index interval plus one batch is the floor)

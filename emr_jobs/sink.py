@@ -7,12 +7,36 @@ columns are ignored. A row without a partition goes where Kafka's default partit
 murmur2 of its key (``broker_core.partitioner``), and for a null key one partition per batch of
 rows, chosen at random (Kafka's sticky partitioning).
 
-Each executor task is an idempotent producer: it asks a broker for a producer id
-(InitProducerId) and numbers its batches per partition, so a Produce it must resend (a lost
-connection, a timeout, a leader change) is appended once, as with ``enable.idempotence=true``.
-The guarantee of the whole write is at-least-once, as Spark's Kafka sink: a task Spark retries,
-or a micro-batch a restarted query replays, is written again by a new producer. Exactly-once
-writes need transactions, which Floe does not have yet.
+Batch writes (``df.write``): each executor task is an idempotent producer: it asks a broker for a
+producer id (InitProducerId) and numbers its batches per partition, so a Produce it must resend (a
+lost connection, a timeout, a leader change) is appended once, as with ``enable.idempotence=true``.
+The guarantee of a batch write is at-least-once, as Spark's Kafka sink: a task Spark retries is
+written again by a new producer.
+
+Stream writes (``df.writeStream``) are exactly-once by default (``exactlyOnce=true``), a two-phase
+commit over Kafka transactions in the way of Flink's Kafka sink (KIP-939's prepare, without its
+prepared state):
+
+- each task of micro-batch B is the transactional producer of the id ``<prefix>-<task's partition
+  id>``, where the prefix is ``transactionalIdPrefix`` or ``floe-spark-<query id>`` (the query id
+  is kept in the checkpoint, so it is the same after a restart). InitProducerId fences every older
+  producer of the id (a failed attempt of the task, a zombie from before a restart) and aborts its
+  open transaction;
+- the task writes its rows in the transaction and, in the same transaction, commits offset B + 1
+  for the consumer group named as the transactional id (TxnOffsetCommit): the record that this
+  task's share of B is written, which becomes visible exactly when the rows do. It leaves the
+  transaction open and hands (transactional id, producer id, epoch) to the driver;
+- the driver's ``commit(messages, B)`` ends every task's transaction with EndTxn(commit) (a repeat
+  of a completed commit is answered NONE); ``abort`` ends them with EndTxn(abort);
+- before writing, a task reads its group's stable offset: when it is past B, its transaction for
+  B committed already (the query stopped after the driver's commit and before Spark's commit log
+  recorded B, and replays B): the task writes nothing.
+
+So every row of a micro-batch is visible to read_committed consumers once, whether tasks retry or
+the query restarts, provided a replayed micro-batch puts the same rows in the same task (true for
+a deterministic query over a replayed source range; not for ``repartition(n)`` without columns or
+``rand()``). A transaction open longer than ``transactionTimeoutMs`` is aborted by the coordinator
+and the micro-batch's commit then fails (the query stops; a restart rewrites the batch).
 """
 
 from __future__ import annotations
@@ -21,11 +45,12 @@ import asyncio
 import datetime
 import random
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from pyspark import TaskContext
 from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
@@ -39,12 +64,13 @@ from broker_core.client import (
     backoff_s,
     parse_bootstrap_servers,
 )
+from broker_core.client.transactions import TransactionalProducer, committed_offsets, end_transaction
 from broker_core.partitioner import partition_for_key
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.messages import build_entity, request_class
 from broker_core.records import SimpleRecord, build_batch
 from emr_jobs.errors import InvalidOptionError, SinkWriteError
-from emr_jobs.options import bootstrap_servers_option, canonical_options
+from emr_jobs.options import _boolean, _positive_int, bootstrap_servers_option, canonical_options
 from emr_jobs.python_worker import prepare_python_worker
 from emr_jobs.schema import HEADERS_TYPE
 
@@ -54,6 +80,11 @@ SEND_ATTEMPTS = 10
 INIT_PRODUCER_ID_VERSION = 4
 
 _SINK_OPTION_NAMES = ("topic", "kafka.bootstrap.servers", "stack")
+_STREAM_SINK_OPTION_NAMES = (*_SINK_OPTION_NAMES, "exactlyOnce", "transactionalIdPrefix", "transactionTimeoutMs")
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # Kafka's transaction.timeout.ms
+# Local properties Spark's MicroBatchExecution sets on every task of a micro-batch.
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 @dataclass(frozen=True)
@@ -66,11 +97,17 @@ class SinkOptions:
     headers_column: bool
     topic_column: bool
     partition_column: bool
+    exactly_once: bool = False
+    transactional_id_prefix: str | None = None
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
 
-def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
-    """Check the options and the DataFrame's columns against what Spark's Kafka sink accepts."""
-    given = canonical_options(options, _SINK_OPTION_NAMES, "the floe sink", ignored=("path", "checkpointlocation"))
+def parse_sink_options(options: Mapping[str, str], schema: StructType, *, streaming: bool = False) -> SinkOptions:
+    """Check the options and the DataFrame's columns against what Spark's Kafka sink accepts; a
+    stream sink also takes ``exactlyOnce``, ``transactionalIdPrefix`` and ``transactionTimeoutMs``."""
+    names = _STREAM_SINK_OPTION_NAMES if streaming else _SINK_OPTION_NAMES
+    what = "the floe stream sink" if streaming else "the floe sink"
+    given = canonical_options(options, names, what, ignored=("path", "checkpointlocation"))
     servers = bootstrap_servers_option(given)
     if not servers:
         raise InvalidOptionError("kafka.bootstrap.servers", "the sink writes to brokers: give them (or stack)")
@@ -89,6 +126,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
     topic = given.get("topic", "").strip() or None
     if topic is None and "topic" not in types:
         raise InvalidOptionError("topic", "give the topic option or a topic column")
+    prefix = given.get("transactionalIdPrefix", "").strip() or None
     return SinkOptions(
         topic=topic,
         bootstrap_servers=servers,
@@ -96,6 +134,10 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
         headers_column="headers" in types,
         topic_column="topic" in types,
         partition_column="partition" in types,
+        exactly_once=streaming and _boolean("exactlyOnce", given.get("exactlyOnce", "true")),
+        transactional_id_prefix=prefix,
+        transaction_timeout_ms=_positive_int(
+            "transactionTimeoutMs", given.get("transactionTimeoutMs", str(DEFAULT_TRANSACTION_TIMEOUT_MS))),
     )
 
 
@@ -115,6 +157,19 @@ class WrittenRecords(WriterCommitMessage):
     records: dict[str, int]
 
 
+@dataclass
+class PreparedTransaction(WriterCommitMessage):
+    """What one task of an exactly-once micro-batch left for the driver: its open transaction
+    (``producer_id`` -1 when it had nothing to write or its share was committed before) and the
+    records it wrote in it."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    records: dict[str, int]
+    already_committed: bool = False
+
+
 class FloeWriter(DataSourceWriter):
     """A batch write: every task produces its rows; nothing is left to do at commit (at-least-once)."""
 
@@ -127,26 +182,90 @@ class FloeWriter(DataSourceWriter):
 
 
 class FloeStreamWriter(DataSourceStreamWriter):
-    """A micro-batch write: as FloeWriter; a replayed micro-batch is written again (at-least-once)."""
+    """A micro-batch write: tasks prepare a transaction each, the driver commits them (exactly-once);
+    with ``exactlyOnce=false`` as FloeWriter, and a replayed micro-batch is written again."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[Row]) -> WrittenRecords:
+    def write(self, iterator: Iterator[Row]) -> WrittenRecords | PreparedTransaction:
         prepare_python_worker()
-        return WrittenRecords(write_rows(self.options, iterator))
+        if not self.options.exactly_once:
+            return WrittenRecords(write_rows(self.options, iterator))
+        context = TaskContext.get()
+        assert context is not None  # write runs in a Spark task
+        batch_id = int(context.getLocalProperty(_BATCH_ID_PROPERTY))
+        prefix = self.options.transactional_id_prefix or f"floe-spark-{context.getLocalProperty(_QUERY_ID_PROPERTY)}"
+        transactional_id = f"{prefix}-{context.partitionId()}"
+        return _run(_prepare_transaction(self.options, iterator, transactional_id, batch_id))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
-        """The records are already acknowledged by the brokers (acks=all): nothing to commit."""
+        """Commit every task's transaction (exactly-once); at-least-once records are acknowledged already."""
+        _run(_end_transactions(self.options, messages, commit=True))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
+        """Abort the transactions of the tasks that prepared one (the others' were fenced or never opened)."""
+        _run(_end_transactions(self.options, messages, commit=False))
+
+
+def _run(work: Awaitable[Any]) -> Any:
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(work)
+    finally:
+        loop.close()
+
+
+async def _end_transactions(options: SinkOptions, messages: list[WriterCommitMessage | None], *, commit: bool) -> None:
+    prepared = [m for m in messages if isinstance(m, PreparedTransaction) and m.producer_id >= 0]
+    if not prepared:
+        return
+    async with FloeClient(options.bootstrap_servers, client_id="floe-spark-sink") as client:
+        for message in prepared:
+            try:
+                await end_transaction(client, message.transactional_id, message.producer_id, message.producer_epoch,
+                                      commit)
+            except ClientError as error:
+                if not commit:
+                    continue  # a transaction that cannot be aborted was fenced, or times out: it never shows
+                raise SinkWriteError(topic=",".join(message.records) or "*", partition=None, reason=(
+                    f"committing transaction {message.transactional_id} (producer {message.producer_id}, epoch "
+                    f"{message.producer_epoch}) failed: {error}")) from error
+
+
+async def _prepare_transaction(options: SinkOptions, rows: Iterator[Row], transactional_id: str,
+                               batch_id: int) -> PreparedTransaction:
+    """Write this task's rows of micro-batch ``batch_id`` in a transaction left open for the driver,
+    unless the group offset says this task's share of the batch was committed before."""
+    async with FloeClient(options.bootstrap_servers, client_id="floe-spark-sink") as client:
+        producer = TransactionalProducer(client, transactional_id, transaction_timeout_ms=options.transaction_timeout_ms)
+        try:
+            await producer.init()
+            done = max(list((await committed_offsets(client, transactional_id)).values()), default=0)
+            if done > batch_id:
+                return PreparedTransaction(transactional_id, -1, -1, {}, already_committed=True)
+            written = await _produce_rows(options, rows, client, producer.send)
+            if not written:
+                return PreparedTransaction(transactional_id, -1, -1, {})
+            # The mark that this task's share of batch_id is written: committed with the rows, or not at all.
+            await producer.send_offsets(transactional_id, {(options.topic or sorted(written)[0], 0): batch_id + 1})
+        except KafkaError as error:
+            raise SinkWriteError(topic=error.topic or "*", partition=error.partition, reason=(
+                f"transaction {transactional_id}: {error}")) from error
+        except ClientError as error:
+            raise SinkWriteError(topic="*", partition=None, reason=f"transaction {transactional_id}: {error}") from error
+        return PreparedTransaction(transactional_id, producer.producer_id, producer.producer_epoch, written)
 
 
 def write_rows(options: SinkOptions, rows: Iterator[Row]) -> dict[str, int]:
     """Produce ``rows`` with one idempotent producer; returns how many records went to each topic."""
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(_produce_rows(options, rows))
-    finally:
-        loop.close()
+    return _run(_write_idempotently(options, rows))
+
+
+async def _write_idempotently(options: SinkOptions, rows: Iterator[Row]) -> dict[str, int]:
+    async with FloeClient(options.bootstrap_servers, client_id="floe-spark-sink") as client:
+        producer = _IdempotentProducer(client, *await _init_producer_id(options.bootstrap_servers))
+        return await _produce_rows(options, rows, client, producer.send)
 
 
 class _IdempotentProducer:
@@ -202,46 +321,46 @@ async def _init_producer_id(bootstrap_servers: str) -> tuple[int, int]:
     raise SinkWriteError(topic="*", partition=None, reason=f"InitProducerId failed: {last_error}")
 
 
-async def _produce_rows(options: SinkOptions, rows: Iterator[Row]) -> dict[str, int]:
+async def _produce_rows(options: SinkOptions, rows: Iterator[Row], client: FloeClient,
+                        send: Callable[[str, int, list[SimpleRecord]], Awaitable[None]]) -> dict[str, int]:
+    """Batch ``rows`` per partition and ``send`` each batch; how many records went to each topic."""
     written: dict[str, int] = defaultdict(int)
-    async with FloeClient(options.bootstrap_servers, client_id="floe-spark-sink") as client:
-        producer = _IdempotentProducer(client, *await _init_producer_id(options.bootstrap_servers))
-        counts: dict[str, int] = {}
-        sticky: dict[str, int] = {}
-        pending: dict[tuple[str, int], list[SimpleRecord]] = defaultdict(list)
+    counts: dict[str, int] = {}
+    sticky: dict[str, int] = {}
+    pending: dict[tuple[str, int], list[SimpleRecord]] = defaultdict(list)
+    pending_bytes = 0
+
+    async def flush() -> None:
+        nonlocal pending_bytes
+        batches = [(tp, records) for tp, records in pending.items() if records]
+        pending.clear()
         pending_bytes = 0
+        sticky.clear()
+        await asyncio.gather(*(send(topic, partition, records) for (topic, partition), records in batches))
+        for (topic, _), records in batches:
+            written[topic] += len(records)
 
-        async def flush() -> None:
-            nonlocal pending_bytes
-            batches = [(tp, records) for tp, records in pending.items() if records]
-            pending.clear()
-            pending_bytes = 0
-            sticky.clear()
-            await asyncio.gather(*(producer.send(topic, partition, records) for (topic, partition), records in batches))
-            for (topic, _), records in batches:
-                written[topic] += len(records)
-
-        for row in rows:
-            topic = options.topic or row["topic"]
-            if not topic:
-                raise SinkWriteError(topic="?", partition=None, reason="a row has a null topic and no topic option is set")
-            key = _as_bytes(row["key"]) if options.key_column else None
-            value = _as_bytes(row["value"])
-            headers = _headers(row["headers"]) if options.headers_column else ()
-            partition = row["partition"] if options.partition_column else None
-            if partition is None:
-                if topic not in counts:
-                    counts[topic] = await client.num_partitions(topic)
-                if key is not None:
-                    partition = partition_for_key(key, counts[topic])
-                else:
-                    partition = sticky.setdefault(topic, random.randrange(counts[topic]))
-            records = pending[(topic, partition)]
-            records.append(SimpleRecord(key=key, value=value, headers=headers))
-            pending_bytes += len(value or b"") + len(key or b"")
-            if len(records) >= BATCH_RECORDS or pending_bytes >= BATCH_BYTES:
-                await flush()
-        await flush()
+    for row in rows:
+        topic = options.topic or row["topic"]
+        if not topic:
+            raise SinkWriteError(topic="?", partition=None, reason="a row has a null topic and no topic option is set")
+        key = _as_bytes(row["key"]) if options.key_column else None
+        value = _as_bytes(row["value"])
+        headers = _headers(row["headers"]) if options.headers_column else ()
+        partition = row["partition"] if options.partition_column else None
+        if partition is None:
+            if topic not in counts:
+                counts[topic] = await client.num_partitions(topic)
+            if key is not None:
+                partition = partition_for_key(key, counts[topic])
+            else:
+                partition = sticky.setdefault(topic, random.randrange(counts[topic]))
+        records = pending[(topic, partition)]
+        records.append(SimpleRecord(key=key, value=value, headers=headers))
+        pending_bytes += len(value or b"") + len(key or b"")
+        if len(records) >= BATCH_RECORDS or pending_bytes >= BATCH_BYTES:
+            await flush()
+    await flush()
     return dict(written)
 
 

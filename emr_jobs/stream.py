@@ -6,7 +6,8 @@ and the end of batch N is the start of batch N+1. Spark plans each micro-batch o
 
 - ``initialOffset`` (a query with no checkpoint) resolves ``startingOffsets`` / ``startingTimestamp``.
 - ``latestOffset`` asks the partitions' leaders for their high watermarks (every acknowledged
-  record, whatever ``segment.bytes`` is), re-reads the topic list (``subscribePattern``) and
+  record, whatever ``segment.bytes`` is; with ``isolationLevel=read_committed`` their last stable
+  offsets, and the records of aborted transactions are left out of the reads), re-reads the topic list (``subscribePattern``) and
   partition counts (CreatePartitions), and caps the batch at ``maxOffsetsPerTrigger``, spread over
   the partitions in proportion to what each has waiting, as Spark's Kafka source does.
 - ``partitions(start, end)`` splits each partition's ``[start, end)`` at its tiered end: the part
@@ -14,7 +15,8 @@ and the end of batch N is the start of batch N+1. Spark plans each micro-batch o
   A new partition starts at its earliest offset. When the start is below what the log still holds
   (retention deleted it) or past its end (the log was truncated or the topic recreated), the batch
   fails with DataLossError, or, with ``failOnDataLoss=false``, skips to what is there and logs a
-  warning, as Spark does.
+  warning, as Spark does. A segment object missing from S3 when a task reads it (a manifest row
+  whose object is gone) is data loss the same way: the task fails, or skips that segment's range.
 
 A micro-batch's range is fixed in the offset log before it is read, so a restart re-reads exactly
 the ranges recorded there: no record is lost or read twice into an exactly-once sink.
@@ -39,7 +41,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from broker_core.aws import AwsSettings
 from emr_jobs import remote, tail
-from emr_jobs.errors import DataLossError, InvalidOptionError
+from emr_jobs.errors import DataLossError, InvalidOptionError, SegmentGoneError
 from emr_jobs.options import (
     DEFAULT_MAX_BYTES_PER_PARTITION,
     EARLIEST,
@@ -48,6 +50,7 @@ from emr_jobs.options import (
     ReadOptions,
     _aws_settings,
     _boolean,
+    _isolation,
     _optional_timestamp,
     _positive_int,
     bootstrap_servers_option,
@@ -68,6 +71,7 @@ _STREAM_OPTION_NAMES = (
     "maxOffsetsPerTrigger",
     "failOnDataLoss",
     "includeHeaders",
+    "isolationLevel",
     "maxBytesPerPartition",
     "kafka.bootstrap.servers",
     "stack",
@@ -92,6 +96,7 @@ class StreamOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     include_headers: bool
+    read_committed: bool
     max_bytes_per_partition: int
     bootstrap_servers: str
     aws: AwsSettings
@@ -110,9 +115,7 @@ class StreamOptions:
             aws=self.aws,
             local_stack=self.local_stack,
             bootstrap_servers=self.bootstrap_servers,
-            # Streams read uncommitted (isolationLevel is not a stream option yet: the broker tail
-            # would have to stop at the last stable offset first).
-            read_committed=False,
+            read_committed=self.read_committed,
         )
 
 
@@ -150,6 +153,7 @@ def parse_stream_options(options: Mapping[str, str], environ: Mapping[str, str] 
         max_offsets_per_trigger=None if max_offsets is None else _positive_int("maxOffsetsPerTrigger", max_offsets),
         fail_on_data_loss=_boolean("failOnDataLoss", given.get("failOnDataLoss", "true")),
         include_headers=_boolean("includeHeaders", given.get("includeHeaders", "false")),
+        read_committed=_isolation(given.get("isolationLevel", "read_uncommitted")),
         max_bytes_per_partition=_positive_int(
             "maxBytesPerPartition", given.get("maxBytesPerPartition", str(DEFAULT_MAX_BYTES_PER_PARTITION))
         ),
@@ -214,7 +218,8 @@ class FloeStreamReader(DataSourceStreamReader):
         for topic in self._topics():
             topic_id, count = remote.topic_partitions(self.options.aws, topic)
             segments = remote.committed_segments(self.options.aws, topic_id, range(count))
-            bounds = tail.broker_bounds(self.options.bootstrap_servers, topic, range(count))
+            bounds = tail.broker_bounds(self.options.bootstrap_servers, topic, range(count),
+                                        read_committed=self.options.read_committed)
             state[topic] = {}
             for partition in range(count):
                 tiered = segments[partition]
@@ -273,7 +278,8 @@ class FloeStreamReader(DataSourceStreamReader):
                 if stop <= begin:
                     continue
                 offsets = OffsetRange(partition, begin, stop)
-                reads += plan_segment_reads(topic, offsets, tiered, self.options.max_bytes_per_partition, load_indexes)
+                reads += plan_segment_reads(topic, offsets, tiered, self.options.max_bytes_per_partition, load_indexes,
+                                            read_committed=self.options.read_committed)
                 tiered_end = tiered_bounds(tiered)[1] if tiered else begin
                 reads += tail.tail_reads(topic, {partition: (max(begin, tiered_end), stop)})
         for topic, partitions in start.items():
@@ -311,9 +317,16 @@ class FloeStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         prepare_python_worker()
         if isinstance(partition, tail.TailRead):
-            yield from tail.read_tail(self.options.bootstrap_servers, partition, self.options.include_headers)
+            yield from tail.read_tail(self.options.bootstrap_servers, partition, self.options.include_headers,
+                                      read_committed=self.options.read_committed)
         elif isinstance(partition, SegmentRead):
-            yield from read_segment(self.options.read_options(partition.topic), partition)
+            try:
+                yield from read_segment(self.options.read_options(partition.topic), partition)
+            except SegmentGoneError as error:
+                # The object is missing before any of its rows was returned (the GET fails first).
+                self._data_loss(partition.topic, partition.partition, partition.start_offset,
+                                f"offsets {partition.start_offset}-{partition.end_offset - 1} are in {error.object_key}, "
+                                "which is gone from S3")
 
 
 def rate_limited(position: Offsets, latest: Offsets, state: Mapping[str, Mapping[int, tuple]], limit: int) -> Offsets:

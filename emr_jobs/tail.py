@@ -8,6 +8,11 @@ and, when a broker dies or leadership moves, refreshes its metadata and retries 
 (a read changes nothing on a broker, so repeating it is safe). Every fetched batch is CRC-checked
 and decoded by the same Arrow decoder as the S3 path, so the two paths give identical rows.
 
+read_committed: the driver plans up to each partition's last stable offset (ListOffsets with
+isolation level 1) instead of its high watermark, the tasks fetch with isolation level 1 (the leader
+answers up to the LSO, naming the aborted transactions that overlap the fetched range) and drop the
+batches of those transactions before decoding, as Kafka's consumer does (``records.isolation``).
+
 One asyncio loop per call: a Spark Python worker runs one task at a time, and the client is not
 thread-safe, so nothing is shared between tasks.
 """
@@ -22,8 +27,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from broker_core.client import EARLIEST, LATEST, ClientError, FloeClient
+from broker_core.records import decode_batch
 from broker_core.records.errors import TruncatedBatchError
 from broker_core.records.header import iter_headers
+from broker_core.records.isolation import committed, is_abort_marker
 from emr_jobs.arrow_records import RecordRange, iter_arrow_batches
 from emr_jobs.errors import TailReadError
 
@@ -43,21 +50,24 @@ class TailRead(InputPartition):
 
 @dataclass(frozen=True)
 class BrokerBounds:
-    """A partition's offsets as its leader reports them: log start offset and high watermark."""
+    """A partition's offsets as its leader reports them: log start offset and high watermark (the
+    last stable offset for a read_committed reader)."""
 
     log_start: int
     high_watermark: int
 
 
-def broker_bounds(bootstrap_servers: str, topic: str, partitions: Sequence[int]) -> dict[int, BrokerBounds]:
-    """Log start offset and high watermark of each of ``partitions``, from their leaders."""
+def broker_bounds(bootstrap_servers: str, topic: str, partitions: Sequence[int], *,
+                  read_committed: bool = False) -> dict[int, BrokerBounds]:
+    """Log start offset and high watermark (``read_committed``: last stable offset) of each of
+    ``partitions``, from their leaders."""
 
     async def ask() -> dict[int, BrokerBounds]:
         async with FloeClient(bootstrap_servers, client_id="floe-spark-driver") as client:
             found = {}
             for partition in partitions:
                 log_start, _ = await client.list_offsets(topic, partition, EARLIEST)
-                high_watermark, _ = await client.list_offsets(topic, partition, LATEST)
+                high_watermark, _ = await client.list_offsets(topic, partition, LATEST, read_committed=read_committed)
                 found[partition] = BrokerBounds(log_start, high_watermark)
             return found
 
@@ -93,15 +103,19 @@ def topics_matching(bootstrap_servers: str) -> list[str]:
         raise TailReadError(topic="*", partition=None, offset=None, reason=f"Metadata failed: {error}") from error
 
 
-def read_tail(bootstrap_servers: str, read: TailRead, include_headers: bool) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of offsets ``[read.start_offset, read.end_offset)`` of one partition, fetched from its leader."""
+def read_tail(bootstrap_servers: str, read: TailRead, include_headers: bool, *,
+              read_committed: bool = False) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of offsets ``[read.start_offset, read.end_offset)`` of one partition, fetched from
+    its leader; ``read_committed`` leaves out the records of aborted transactions."""
     records = RecordRange(read.topic, read.partition, read.start_offset, read.end_offset, include_headers)
     source = f"{read.topic}-{read.partition} (fetched from its leader)"
-    yield from iter_arrow_batches(_fetched_chunks(bootstrap_servers, read), records, object_key=source)
+    yield from iter_arrow_batches(_fetched_chunks(bootstrap_servers, read, read_committed), records,
+                                  object_key=source)
 
 
-def _fetched_chunks(bootstrap_servers: str, read: TailRead) -> Iterator[bytes]:
-    """Whole batches covering ``[start, end)``, one fetch response's worth at a time."""
+def _fetched_chunks(bootstrap_servers: str, read: TailRead, read_committed: bool) -> Iterator[bytes]:
+    """Whole batches covering ``[start, end)``, one fetch response's worth at a time (read_committed:
+    without the batches of aborted transactions)."""
     loop = asyncio.new_event_loop()
     client = FloeClient(bootstrap_servers, client_id="floe-spark-executor")
     try:
@@ -111,7 +125,7 @@ def _fetched_chunks(bootstrap_servers: str, read: TailRead) -> Iterator[bytes]:
             try:
                 fetched = loop.run_until_complete(
                     client.fetch_raw(read.topic, read.partition, offset, max_bytes=FETCH_MAX_BYTES,
-                                     max_wait_ms=FETCH_MAX_WAIT_MS)
+                                     max_wait_ms=FETCH_MAX_WAIT_MS, read_committed=read_committed)
                 )
             except ClientError as error:
                 raise TailReadError(topic=read.topic, partition=read.partition, offset=offset,
@@ -125,7 +139,9 @@ def _fetched_chunks(bootstrap_servers: str, read: TailRead) -> Iterator[bytes]:
                                f"end {read.end_offset} (an unclean leader change lost records)",
                     )
                 continue
-            yield whole
+            kept = committed_only(whole, fetched.aborted_transactions) if read_committed else whole
+            if kept:
+                yield kept
             offset = fetched.next_offset
     finally:
         loop.run_until_complete(client.close())
@@ -141,6 +157,17 @@ def _whole_batches(raw: bytes) -> bytes:
     except TruncatedBatchError:
         pass
     return raw[:end] if end < len(raw) else raw
+
+
+def committed_only(raw: bytes, aborted_transactions: Sequence[tuple[int, int]]) -> bytes:
+    """The whole batches of one read_committed fetch response without those of its aborted
+    transactions (producer id, first offset) and without control batches, as Kafka's consumer
+    filters a fetch response; only ABORT markers are decoded."""
+    if not aborted_transactions:
+        return raw  # nothing to drop: the decoder skips control batches itself
+    kept = committed(iter_headers(raw), aborted_transactions, lambda item: item[1],
+                     lambda item: is_abort_marker(decode_batch(raw, item[0], verify_crc=False)))
+    return b"".join(raw[position:position + header.size] for position, header in kept)
 
 
 def tail_reads(topic: str, ranges: Mapping[int, tuple[int, int]]) -> list[TailRead]:

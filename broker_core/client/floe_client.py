@@ -211,6 +211,17 @@ class FloeClient:
                     raise
         raise AssertionError("unreachable")
 
+    async def send_to_broker(self, node_id: int, api_key: int, request: Any) -> Any:
+        """Send a kio request entity (in its own version) to one broker and return its response: for
+        requests routed by a coordinator's node id rather than a partition's leader."""
+        connection = await self._connection(node_id)
+        return await connection.send(api_key, request)
+
+    async def send_to_any_broker(self, api_key: int, request: Any) -> Any:
+        """Send a kio request entity that any broker answers (FindCoordinator), repeated elsewhere only
+        when the connection fails."""
+        return await self._send_anywhere(api_key, request)
+
     async def _send_to_controller(self, api_key: int, request: Mapping[str, Any]) -> Any:
         """Admin requests go to the controller when one is known (Kafka requires it; Floe's brokers
         accept them anywhere), else to any broker. They are not repeated once sent."""
@@ -615,9 +626,12 @@ class FloeClient:
     # produce -----------------------------------------------------------------------------------
 
     async def produce(self, topic: str, records: Sequence[RecordInput] | bytes, partition: int, *, acks: int = -1,
-                      compression: Compression | int = Compression.NONE, timeout_ms: int = 30000) -> ProduceResult:
-        """Append one batch (built from ``records``, or given as batch bytes) to a partition."""
-        results = await self._produce_batches(topic, {partition: _as_batch(records, compression)}, acks, timeout_ms)
+                      compression: Compression | int = Compression.NONE, timeout_ms: int = 30000,
+                      transactional_id: str | None = None) -> ProduceResult:
+        """Append one batch (built from ``records``, or given as batch bytes) to a partition; a
+        transactional batch names its ``transactional_id`` (the leader verifies it, KIP-890)."""
+        results = await self._produce_batches(topic, {partition: _as_batch(records, compression)}, acks, timeout_ms,
+                                              transactional_id)
         return results[partition]
 
     async def produce_many(self, topic: str, records_by_partition: Mapping[int, Sequence[RecordInput] | bytes], *,
@@ -628,7 +642,7 @@ class FloeClient:
         return await self._produce_batches(topic, batches, acks, timeout_ms)
 
     async def _produce_batches(self, topic: str, batches: dict[int, bytes], acks: int,
-                               timeout_ms: int) -> dict[int, ProduceResult]:
+                               timeout_ms: int, transactional_id: str | None = None) -> dict[int, ProduceResult]:
         last_offset_delta = {p: parse_header(batch).last_offset_delta for p, batch in batches.items()}
         remaining = dict(batches)
         results: dict[int, ProduceResult] = {}
@@ -640,7 +654,7 @@ class FloeClient:
             refresh = leader_error is not None
             last_error = leader_error or last_error
             outcomes = await asyncio.gather(
-                *(self._produce_to(leader, topic, part_batches, acks, timeout_ms)
+                *(self._produce_to(leader, topic, part_batches, acks, timeout_ms, transactional_id)
                   for leader, part_batches in by_leader.items()),
                 return_exceptions=True,
             )
@@ -669,10 +683,11 @@ class FloeClient:
         raise last_error
 
     async def _produce_to(self, leader: int, topic: str, batches: dict[int, bytes], acks: int,
-                          timeout_ms: int) -> dict[int, tuple[ErrorCode, str | None, int, int, int]]:
+                          timeout_ms: int, transactional_id: str | None = None,
+                          ) -> dict[int, tuple[ErrorCode, str | None, int, int, int]]:
         connection = await self._connection(leader)
         response = await connection.send(ApiKey.PRODUCE, {
-            "transactional_id": None, "acks": acks, "timeout": datetime.timedelta(milliseconds=timeout_ms),
+            "transactional_id": transactional_id, "acks": acks, "timeout": datetime.timedelta(milliseconds=timeout_ms),
             "topic_data": [{"name": topic, "partition_data": [
                 {"index": p, "records": batch} for p, batch in batches.items()]}],
         }, expect_response=acks != 0, timeout_s=self.request_timeout_s + timeout_ms / 1000)
@@ -708,17 +723,20 @@ class FloeClient:
         return {partition: decode_fetch(offsets[partition], *found[partition]) for partition in offsets}
 
     async def fetch_raw(self, topic: str, partition: int, offset: int, *, max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
-                        max_wait_ms: int = 500, min_bytes: int = 1) -> RawFetchResult:
-        """Like `fetch`, but the records bytes are not decoded (only batch headers are read)."""
-        found = await self._fetch_partitions(topic, {partition: offset}, max_bytes, max_bytes, max_wait_ms, min_bytes)
-        raw, high_watermark, log_start, _ = found[partition]
+                        max_wait_ms: int = 500, min_bytes: int = 1, read_committed: bool = False) -> RawFetchResult:
+        """Like `fetch`, but the records bytes are not decoded (only batch headers are read). With
+        ``read_committed`` the bytes stop at the last stable offset and the result names the aborted
+        transactions overlapping them, which the caller drops (``records.isolation``)."""
+        found = await self._fetch_partitions(topic, {partition: offset}, max_bytes, max_bytes, max_wait_ms, min_bytes,
+                                             read_committed=read_committed)
+        raw, high_watermark, log_start, aborted = found[partition]
         next_offset = offset
         try:
             for _, header in iter_headers(raw, check_crc=False):
                 next_offset = max(next_offset, header.next_offset)
         except TruncatedBatchError:
             pass  # the broker cut the last batch at max_bytes; the next fetch starts at it
-        return RawFetchResult(raw, high_watermark, log_start, next_offset)
+        return RawFetchResult(raw, high_watermark, log_start, next_offset, aborted)
 
     async def _fetch_partitions(self, topic: str, offsets: Mapping[int, int], max_bytes: int,
                                 partition_max_bytes: int, max_wait_ms: int, min_bytes: int, *,
@@ -793,11 +811,13 @@ class FloeClient:
 
     # offsets -----------------------------------------------------------------------------------
 
-    async def list_offsets(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+    async def list_offsets(self, topic: str, partition: int, timestamp: int, *,
+                           read_committed: bool = False) -> tuple[int, int]:
         """(offset, timestamp): for EARLIEST or LATEST the offset (timestamp -1); for a timestamp in ms,
-        the first offset whose timestamp is at or after it, or (-1, -1) if there is none."""
+        the first offset whose timestamp is at or after it, or (-1, -1) if there is none. With
+        ``read_committed``, LATEST is the last stable offset and timestamps are looked up below it."""
         request = {
-            "replica_id": -1, "isolation_level": 0,
+            "replica_id": -1, "isolation_level": 1 if read_committed else 0,
             "topics": [{"name": topic, "partitions": [
                 {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}]}],
         }

@@ -71,12 +71,14 @@ class FetchResult:
 
 @dataclass(frozen=True, slots=True)
 class RawFetchResult:
-    """A fetch's records bytes as the broker sent them (whole batches, maybe a cut-off last one)."""
+    """A fetch's records bytes as the broker sent them (whole batches, maybe a cut-off last one);
+    ``aborted_transactions`` (producer id, first offset) only for a read_committed fetch."""
 
     records: bytes
     high_watermark: int
     log_start_offset: int
     next_offset: int
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 def decode_fetch(offset: int, raw: bytes, high_watermark: int, log_start: int,

@@ -14,8 +14,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from broker_core.local_stack import STACK_FILE, LocalStack
+from emr_jobs.errors import InvalidOptionError
+from emr_jobs.sink import parse_sink_options
 from tests.support.stack import running_stack
 
 pytestmark = pytest.mark.slow
@@ -104,3 +107,19 @@ def test_a_stream_written_to_floe_copies_every_record_of_its_source(spark: Spark
         for n in range(ROWS):
             _, value, _ = copied[f"key-{n}".encode()]
             assert value == f"value-{n}".encode()
+
+
+def test_stream_writes_are_exactly_once_unless_told_and_batch_writes_take_no_transaction_options() -> None:
+    schema = StructType([StructField("value", BinaryType())])
+    servers = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t"}
+    stream = parse_sink_options(servers, schema, streaming=True)
+    assert (stream.exactly_once, stream.transactional_id_prefix, stream.transaction_timeout_ms) == (True, None, 60_000)
+    relaxed = parse_sink_options({**servers, "exactlyOnce": "false", "transactionalIdPrefix": "copy",
+                                  "transactionTimeoutMs": "120000"}, schema, streaming=True)
+    assert (relaxed.exactly_once, relaxed.transactional_id_prefix, relaxed.transaction_timeout_ms) == (
+        False, "copy", 120_000)
+    assert parse_sink_options(servers, schema).exactly_once is False
+    with pytest.raises(InvalidOptionError, match="unknown option"):
+        parse_sink_options({**servers, "exactlyOnce": "true"}, schema)
+    with pytest.raises(InvalidOptionError, match="transactionTimeoutMs"):
+        parse_sink_options({**servers, "transactionTimeoutMs": "0"}, schema, streaming=True)
