@@ -31,7 +31,7 @@ from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from broker_core.client import BrokerConnection
+from broker_core.client.peers import PeerConnections
 from broker_core.metrics.families import gauge
 from broker_core.protocol.api_keys import ApiKey
 
@@ -109,7 +109,7 @@ class ConsumerLag(Collector):
         self.ownership = ownership
         self.wall_clock = wall_clock
         self.timelines: dict[tuple[str, int], OffsetTimeline] = {}
-        self._connections: dict[int, BrokerConnection] = {}
+        self._peers = PeerConnections.of_broker(context, "lag")
 
     # sampling --------------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ class ConsumerLag(Collector):
         for (leader, _), answer in zip(remote.items(), answers, strict=True):
             if isinstance(answer, BaseException):
                 log.debug("lag sample: ListOffsets to broker %d failed: %s", leader, answer)
-                self._drop(leader)
+                self._peers.drop(leader)
                 continue
             for key, offset in answer.items():
                 self._add(key, offset)
@@ -152,7 +152,7 @@ class ConsumerLag(Collector):
         self.timelines.setdefault(key, OffsetTimeline()).add(offset, self.wall_clock())
 
     async def _latest_offsets(self, leader: int, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        connection = await self._connection(leader)
+        connection = await self._peers.get(leader)
         if connection is None:
             return {}
         topics: dict[str, list[int]] = {}
@@ -166,29 +166,8 @@ class ConsumerLag(Collector):
         return {(t.name, p.partition_index): int(p.offset) for t in response.topics for p in t.partitions
                 if p.error_code == ErrorCode.none and p.offset >= 0}
 
-    async def _connection(self, node_id: int) -> BrokerConnection | None:
-        connection = self._connections.get(node_id)
-        if connection is not None and connection.connected:
-            return connection
-        broker = self.context.image.brokers.get(node_id)
-        if broker is None:
-            return None
-        connection = BrokerConnection(
-            broker.host, broker.port, client_id=f"floe-lag-{self.context.config.broker_id}",
-            request_timeout_s=self.context.config.get_int("request.timeout.ms") / 1000, node_id=node_id,
-            security=self.context.config.inter_broker_security)
-        await connection.connect()
-        self._connections[node_id] = connection
-        return connection
-
-    def _drop(self, node_id: int) -> None:
-        connection = self._connections.pop(node_id, None)
-        if connection is not None:
-            asyncio.ensure_future(connection.close())
-
     async def close(self) -> None:
-        connections, self._connections = list(self._connections.values()), {}
-        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+        await self._peers.close()
 
     # reporting -------------------------------------------------------------------------------
 

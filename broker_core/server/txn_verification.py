@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from broker_core.client import BrokerConnection, ClientError
+from broker_core.client import ClientError
+from broker_core.client.peers import PeerConnections
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.messages import build_entity, request_class
 
@@ -49,7 +50,7 @@ class TransactionVerifier:
     def __init__(self, context: BrokerContext, coordinator_of: Callable[[str], Awaitable[int | None]]) -> None:
         self.context = context
         self.coordinator_of = coordinator_of
-        self._connections: dict[int, BrokerConnection] = {}
+        self._peers = PeerConnections.of_broker(context, "txn-verifier")
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                      partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
@@ -65,24 +66,9 @@ class TransactionVerifier:
             return dict.fromkeys(partitions, ErrorCode.not_enough_replicas)
         return {key: ErrorCode.not_enough_replicas if code in _RETRIABLE else code for key, code in answers.items()}
 
-    async def _connection(self, node_id: int) -> BrokerConnection | None:
-        connection = self._connections.get(node_id)
-        if connection is not None and connection.connected:
-            return connection
-        broker = self.context.image.brokers.get(node_id)
-        if broker is None:
-            return None
-        connection = BrokerConnection(
-            broker.host, broker.port, client_id=f"floe-txn-verifier-{self.context.config.broker_id}",
-            request_timeout_s=self.context.config.get_int("request.timeout.ms") / 1000, node_id=node_id,
-            security=self.context.config.inter_broker_security)
-        await connection.connect()
-        self._connections[node_id] = connection
-        return connection
-
     async def _ask(self, node_id: int, transactional_id: str, producer_id: int, producer_epoch: int,
                    partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-        connection = await self._connection(node_id)
+        connection = await self._peers.get(node_id)
         if connection is None:
             return dict.fromkeys(partitions, ErrorCode.not_enough_replicas)
         topics: dict[str, list[int]] = {}
@@ -107,6 +93,4 @@ class TransactionVerifier:
         """Nothing to start: connections to coordinators are opened on first use."""
 
     async def stop(self) -> None:
-        connections, self._connections = self._connections, {}
-        for connection in connections.values():
-            await connection.close()
+        await self._peers.close()
