@@ -11,10 +11,14 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from broker_core.client import EARLIEST, LATEST, FloeClient
 from broker_core.records.batch import SimpleRecord
 from tests.support.waiting import wait_until
+
+# floe local up and restarts, about 70 s: in `make faults`, outside CI's 20-minute budget
+pytestmark = pytest.mark.faults
 
 _UP_TIMEOUT_S = 90
 

@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# the secured demo, which make demo runs, about 30 s: in `make faults`, outside CI's 20-minute budget
+pytestmark = pytest.mark.faults
+
 
 def test_the_secured_demo_round_trips_every_record_and_refuses_a_wrong_password(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "broker_core.cli", "local", "demo", "--security", "sasl_ssl",

@@ -15,7 +15,7 @@ from broker_core.local_stack import LocalStack
 from broker_core.log.checkpoint import LOG_START_OFFSET_FILE, read_offset_checkpoint
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.faults]  # about 30 s: in `make faults`, outside CI's 20-minute budget
 BROKERS = 2
 
 

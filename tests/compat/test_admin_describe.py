@@ -11,7 +11,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from broker_core.local_stack import LocalStack
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.faults]  # about 15 s: in `make faults`, outside CI's 20-minute budget
 BROKERS = 2
 
 

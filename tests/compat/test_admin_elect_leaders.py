@@ -17,7 +17,7 @@ from broker_core.local_stack import LocalStack
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.faults]  # leader elections on their own stacks, about 40 s: in `make faults`, outside CI's 20-minute budget
 
 
 def two_brokers(directory: Path, overrides: dict[str, str]) -> Iterator[LocalStack]:

@@ -21,7 +21,7 @@ from emr_jobs.errors import InvalidOptionError
 from emr_jobs.sink import parse_sink_options
 from tests.support.stack import running_stack
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # Spark writes through the sink, about 75 s: in `make faults`, outside CI's 20-minute budget
 
 PARTITIONS = 3
 ROWS = 500

@@ -28,7 +28,7 @@ from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 from tiered_storage.manifest import ManifestStore
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # Spark streams over deleted data, about 30 s: in `make faults`, outside CI's 20-minute budget
 
 WAIT_S = 180.0
 

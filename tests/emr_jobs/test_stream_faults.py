@@ -23,11 +23,12 @@ from pyspark.sql import SparkSession
 
 from broker_core.client import FloeClient
 from broker_core.local_stack import STACK_FILE
+from tests.emr_jobs.test_stream_data_loss import stream_values
 from tests.emr_jobs.test_tail_reads import create_tiered_topic, produce
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # leader kills under Spark reads, about 45 s: in `make faults`, outside CI's 20-minute budget
 
 WAIT_S = 180.0
 
@@ -75,22 +76,10 @@ def test_a_stream_starting_past_the_log_end_fails_or_skips_as_failondataloss_say
     with running_stack(tmp_path / "stack") as stack:
         create_tiered_topic(stack, "lost", 1)
         produce(stack, "lost", [b"before"] * 50, 1)
-        stack_file = str(stack.directory / STACK_FILE)
         beyond = json.dumps({"lost": {"0": 10_000}})
 
         def run(checkpoint: Path, **options: str) -> list[bytes]:
-            rows: list[bytes] = []
-            query = (
-                spark.readStream.format("floe")
-                .options(subscribe="lost", stack=stack_file, startingOffsets=beyond, **options)
-                .load()
-                .writeStream.foreachBatch(lambda frame, _: rows.extend(bytes(r["value"]) for r in frame.collect()))
-                .option("checkpointLocation", str(checkpoint))
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination(WAIT_S)
-            return rows
+            return stream_values(spark, stack, "lost", checkpoint, startingOffsets=beyond, **options)
 
         with pytest.raises(StreamingQueryException, match="failOnDataLoss=false"):
             run(tmp_path / "strict")

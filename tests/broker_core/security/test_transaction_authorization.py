@@ -33,6 +33,9 @@ from tests.broker_core.security.test_authorization import (
 from tests.support.stack import running_stack
 from tests.support.transactions import committed_values
 
+# its own secured stack, about 40 s: in `make faults`, outside CI's 20-minute budget
+pytestmark = pytest.mark.faults
+
 CLIENT_HOST = "127.0.0.2"  # not the brokers' 127.0.0.1: no CLUSTER_ACTION from here
 
 

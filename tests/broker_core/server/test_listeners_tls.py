@@ -21,6 +21,9 @@ from tests.support.sockets import closed_by_broker
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
+# TLS stacks, about 45 s: in `make faults`, outside CI's 20-minute budget
+pytestmark = pytest.mark.faults
+
 HOST = "127.0.0.1"
 
 

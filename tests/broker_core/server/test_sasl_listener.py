@@ -38,6 +38,9 @@ from broker_core.settings import ConfigError, broker_setting
 from tests.support.sockets import closed_by_broker
 from tests.support.stack import running_stack
 
+# SASL stacks of every mode, about 160 s: in `make faults`, outside CI's 20-minute budget
+pytestmark = pytest.mark.faults
+
 HOST = "127.0.0.1"
 
 

@@ -17,7 +17,7 @@ from emr_jobs.jobs import stream_counts, stream_to_parquet
 from tests.emr_jobs.test_tail_reads import create_tiered_topic
 from tests.support.stack import running_stack
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # streaming Spark jobs, about 70 s: in `make faults`, outside CI's 20-minute budget
 
 WAIT_S = 180.0
 

@@ -29,6 +29,9 @@ from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 from tiered_storage.manifest import ManifestStore
 
+# Spark jobs end to end, about 105 s: in `make faults`, outside CI's 20-minute budget
+pytestmark = pytest.mark.faults
+
 HOUR_MS = 3_600_000
 
 
