@@ -29,7 +29,7 @@ from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 from tiered_storage.manifest import ManifestStore
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # Spark against a consumer, a minute or more: in `make faults`, outside CI's 20-minute budget
 
 TOPIC = "clicks"
 PARTITIONS = 3

@@ -21,7 +21,7 @@ from tests.emr_jobs.test_tail_reads import create_tiered_topic, produce, tiered_
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # Spark streaming queries, minutes: in `make faults`, outside CI's 20-minute budget
 
 TOPIC = "stream"
 PARTITIONS = 2

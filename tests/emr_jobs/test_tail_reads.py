@@ -20,7 +20,7 @@ from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 from tiered_storage.manifest import ManifestStore
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # Spark tail reads from brokers, minutes: in `make faults`, outside CI's 20-minute budget
 
 TOPIC = "tail"
 PARTITIONS = 2
