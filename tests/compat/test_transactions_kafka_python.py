@@ -19,6 +19,9 @@ from broker_core.metadata.store import MetadataStore
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
+# Runs in `make faults`, not in `make test`: a second client's pass over the transaction matrix that test_transactions_confluent.py runs in the default suite; the default suite must stay under CI's 20-minute budget.
+pytestmark = pytest.mark.faults
+
 PARTITIONS = 3
 
 

@@ -15,6 +15,9 @@ from emr_jobs.schema import kafka_schema
 from tests.emr_jobs.conftest import aws_options
 from tests.emr_jobs.tiered_log import create_topic, expected_rows, record_batches, tier_segments, write_log
 
+# Runs in `make faults`, not in `make test`: a Spark session over a tiered stack (about 40 s on CI); tests/emr_jobs/test_reader.py keeps the Spark reader in the default suite; the default suite must stay under CI's 20-minute budget.
+pytestmark = pytest.mark.faults
+
 
 @pytest.fixture
 def tiered(cluster: AwsSettings, tmp_path: Path):

@@ -24,7 +24,7 @@ CLEAN, HARD = signal.SIGTERM, signal.SIGKILL
 
 
 @pytest.mark.parametrize(("role", "sig"), [
-    pytest.param(Role.LEADER, CLEAN, id="leader-clean-shutdown"),
+    pytest.param(Role.LEADER, CLEAN, id="leader-clean-shutdown", marks=pytest.mark.faults),
     pytest.param(Role.LEADER, HARD, id="leader-hard-kill"),
     pytest.param(Role.CONTROLLER, CLEAN, id="controller-clean-shutdown", marks=pytest.mark.faults),
     pytest.param(Role.CONTROLLER, HARD, id="controller-hard-kill", marks=pytest.mark.faults),
@@ -55,6 +55,7 @@ def test_five_bounces_keep_every_acknowledged_record_once_and_replicas_identical
     outcome.assert_consistent()
 
 
+@pytest.mark.faults
 def test_a_leader_paused_past_the_session_timeout_is_replaced_and_never_acknowledges_a_write(tmp_path: Path) -> None:
     with fault_cluster(tmp_path) as cluster:
         cluster.start_producing()
@@ -68,6 +69,7 @@ def test_a_leader_paused_past_the_session_timeout_is_replaced_and_never_acknowle
     outcome.assert_consistent()
 
 
+@pytest.mark.faults
 def test_with_two_of_three_replicas_dead_acks_all_is_refused_and_the_high_watermark_stays(tmp_path: Path) -> None:
     with fault_cluster(tmp_path) as cluster:
         cluster.start_producing()

@@ -7,6 +7,8 @@ import datetime
 import json
 from pathlib import Path
 
+import pytest
+
 from broker_core.local_stack import LocalStack, load_stack
 from functions.local_adapter import api_gateway_event
 from tests.functions.conftest import HTTP_STACK_OVERRIDES
@@ -71,6 +73,8 @@ def test_the_openapi_document_lists_every_route(api: HttpApi) -> None:
     }
 
 
+# In `make faults`, not `make test`: a stack of its own, stopped and started again (about 25 s on CI).
+@pytest.mark.faults
 def test_a_restarted_stack_keeps_idempotency_records_and_group_offsets(tmp_path: Path) -> None:
     def started() -> tuple[LocalStack, HttpApi]:
         stack = LocalStack(directory=tmp_path, brokers=1, overrides=HTTP_STACK_OVERRIDES, http=True)
@@ -98,6 +102,8 @@ def test_a_restarted_stack_keeps_idempotency_records_and_group_offsets(tmp_path:
         stack.stop(save_state=False)
 
 
+# In `make faults`, not `make test`: a SASL_SSL stack of its own (about 13 s on CI), as the other SASL_SSL suites.
+@pytest.mark.faults
 def test_the_adapter_produces_and_fetches_on_a_sasl_ssl_stack(tmp_path: Path) -> None:
     """The adapter's broker client authenticates with the stack's client_config (SASL_SSL, SCRAM): the
     brokers have no PLAINTEXT listener, so a record round trip proves it."""

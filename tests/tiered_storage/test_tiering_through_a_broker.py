@@ -111,6 +111,8 @@ def test_remote_fetch_kcat_read_after_local_segments_were_deleted_gets_every_rec
         assert list_offsets(stack, [EARLIEST, timestamp]) == [(0, -1), (first_at_or_after, timestamp)]
 
 
+# In `make faults`, not `make test`: a kill and restart of its own broker (about 30 s on CI).
+@pytest.mark.faults
 def test_killed_mid_upload_the_restarted_broker_loses_nothing_and_commits_each_offset_once(
     tmp_path: Path,
 ) -> None:

@@ -14,6 +14,7 @@ import os
 import signal
 
 import psutil
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +26,9 @@ from broker_core.server.listener import MAX_PIPELINED_PRODUCES
 from tests.faults.harness import produce_outcome, send_produce
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until, wait_until_async
+
+# Runs in `make faults`, not in `make test`: a broker stack driven with deep request pipelines (about 35 s on CI); the default suite must stay under CI's 20-minute budget.
+pytestmark = pytest.mark.faults
 
 REQUESTS = 20
 

@@ -14,6 +14,7 @@ import datetime
 import signal
 from typing import Any
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -27,6 +28,9 @@ from broker_core.records import SimpleRecord, build_batch
 from tests.faults.harness import produce_directly
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
+
+# Runs in `make faults`, not in `make test`: it kills leaders of a three-broker stack (about 45 s on CI); the default suite must stay under CI's 20-minute budget.
+pytestmark = pytest.mark.faults
 
 PATIENCE_S = 60.0
 
