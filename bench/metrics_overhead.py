@@ -24,6 +24,10 @@ Throughput on a shared machine swings with the neighbours' load, so each run als
 broker process's CPU time (user + system) per record, which the load moves much less. Ratios are
 on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_overhead.json. The
 ``records_per_s`` and ``broker_cpu_us_per_record`` fields of fixed_requests count requests (``unit``).
+The librdkafka workloads also record how many Produce requests each side's producer sent (librdkafka's
+statistics), so the broker CPU per request and the records per request are known: the metrics'
+cost is per request, and how many records a librdkafka request carries depends on how fast the
+broker answers.
 
     .venv/bin/python bench/metrics_overhead.py [--runs 5] [--records 200000] [--small-records 50000]
         [--scrape-interval 15] [--output metrics_overhead.json]
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import json
 import multiprocessing
 import multiprocessing.sharedctypes
 import multiprocessing.synchronize
@@ -66,6 +71,7 @@ WORKLOADS = {
     "fixed_requests": {"value_bytes": 100, "records_per_request": 10},
 }
 IN_FLIGHT = 16
+STATS_INTERVAL_MS = "500"  # librdkafka statistics, read for its count of Produce requests
 COMMON = {"queue.buffering.max.kbytes": "65536", "message.timeout.ms": "300000"}
 SIDES = ("on", "off")
 
@@ -110,12 +116,15 @@ class Scraper:
 
 
 def produce(bootstrap_servers: str, broker_pid: int, topic: str, records: int, workload: dict[str, Any],
-            start: multiprocessing.synchronize.Barrier) -> tuple[float, float]:
-    """(records per second, broker CPU microseconds per record), producing once ``start`` lets every side go."""
+            start: multiprocessing.synchronize.Barrier) -> tuple[float, float, int]:
+    """(records per second, broker CPU microseconds per record, Produce requests sent), producing once
+    ``start`` lets every side go. The requests are librdkafka's own count (its statistics' ``req``)."""
     config = {"bootstrap.servers": bootstrap_servers}
     admin = AdminClient(config)  # kept: the future fails if the client is collected before it completes
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
-    producer = Producer({**config, **COMMON, **workload["settings"]})
+    statistics_seen: list[str] = []
+    producer = Producer({**config, **COMMON, **workload["settings"], "statistics.interval.ms": STATS_INTERVAL_MS,
+                         "stats_cb": statistics_seen.append})
     value = b"v" * workload["value_bytes"]
     start.wait(120)
     cpu = broker_cpu_s(broker_pid)
@@ -129,11 +138,19 @@ def produce(bootstrap_servers: str, broker_pid: int, topic: str, records: int, w
                 producer.poll(0.001)
     if producer.flush(300) != 0:
         raise RuntimeError("the producer did not deliver every record")
-    return records / (time.perf_counter() - started), (broker_cpu_s(broker_pid) - cpu) / records * 1e6
+    rate, cpu_us = records / (time.perf_counter() - started), (broker_cpu_s(broker_pid) - cpu) / records * 1e6
+    seen = len(statistics_seen)
+    deadline = time.monotonic() + 5 * int(STATS_INTERVAL_MS) / 1000
+    while len(statistics_seen) == seen and time.monotonic() < deadline:  # statistics from after the last delivery
+        producer.poll(0.05)
+    if len(statistics_seen) == seen:
+        raise RuntimeError("librdkafka gave no statistics after the run")
+    brokers = json.loads(statistics_seen[-1])["brokers"].values()
+    return rate, cpu_us, sum(broker.get("req", {}).get("Produce", 0) for broker in brokers)
 
 
 def produce_fixed(bootstrap_servers: str, broker_pid: int, topic: str, requests: int, workload: dict[str, Any],
-                  start: multiprocessing.synchronize.Barrier) -> tuple[float, float]:
+                  start: multiprocessing.synchronize.Barrier) -> tuple[float, float, int]:
     """(requests per second, broker CPU microseconds per request): the same Produce request (one batch of
     ``records_per_request`` records) ``requests`` times, acks=1, IN_FLIGHT at a time on one connection, so
     every request costs the broker the same whatever the client's speed."""
@@ -144,7 +161,7 @@ def produce_fixed(bootstrap_servers: str, broker_pid: int, topic: str, requests:
                          for _ in range(workload["records_per_request"])])
     host, port = bootstrap_servers.split(",")[0].rsplit(":", 1)
 
-    async def run() -> tuple[float, float]:
+    async def run() -> tuple[float, float, int]:
         connection = BrokerConnection(host, int(port), request_timeout_s=120)
         await connection.connect()
         request = {"transactional_id": None, "acks": 1, "timeout": datetime.timedelta(seconds=60),
@@ -161,7 +178,7 @@ def produce_fixed(bootstrap_servers: str, broker_pid: int, topic: str, requests:
         elapsed = time.perf_counter() - started
         used = broker_cpu_s(broker_pid) - cpu
         await connection.close()
-        return requests / elapsed, used / requests * 1e6
+        return requests / elapsed, used / requests * 1e6, requests
 
     return asyncio.run(run())
 
@@ -200,12 +217,17 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], 
                 process.join()
         rates = {side: measured[side][0] for side in SIDES}
         cpu = {side: measured[side][1] for side in SIDES}
+        sent = {side: measured[side][2] for side in SIDES}
         result[f"{name}_scrapes"] = scraper.scrapes
         unit = "request" if workload.get("records_per_request") else "record"
+        per_request = {side: counts[name] / sent[side] for side in SIDES}  # records (fixed: 1 request)
         result[name] = {"unit": unit, "records_per_s": rates, "ratio": rates["on"] / rates["off"],
-                        "broker_cpu_us_per_record": cpu, "cpu_ratio": cpu["off"] / cpu["on"]}
+                        "broker_cpu_us_per_record": cpu, "cpu_ratio": cpu["off"] / cpu["on"],
+                        "produce_requests": sent, f"{unit}s_per_request": per_request,
+                        "broker_cpu_us_per_request": {side: cpu[side] * per_request[side] for side in SIDES}}
         print(f"run {number} {name}: on/off {result[name]['ratio']:.3f} ({rates['on']:,.0f} / {rates['off']:,.0f} "
-              f"{unit}s/s), broker CPU us/{unit} on {cpu['on']:.1f} off {cpu['off']:.1f}", flush=True)
+              f"{unit}s/s), broker CPU us/{unit} on {cpu['on']:.1f} off {cpu['off']:.1f}, {unit}s/request "
+              f"on {per_request['on']:.2f} off {per_request['off']:.2f}", flush=True)
     result["load_average"] = os.getloadavg()
     result["cpu_pressure_avg10"] = cpu_pressure()
     return result
@@ -247,6 +269,10 @@ def main() -> None:
                 run[name]["broker_cpu_us_per_record"][side] for run in runs) for name in WORKLOADS for side in SIDES},
             **{f"{name}_cpu_ratio_off_over_on": statistics.median(run[name]["cpu_ratio"] for run in runs)
                for name in WORKLOADS},
+            **{f"{name}_broker_cpu_us_per_request_{side}": statistics.median(
+                run[name]["broker_cpu_us_per_request"][side] for run in runs) for name in WORKLOADS for side in SIDES},
+            **{f"{name}_produce_requests_{side}": statistics.median(run[name]["produce_requests"][side] for run in runs)
+               for name in WORKLOADS for side in SIDES},
         },
         "scrape_cost": scraping,
         "goals": {"ratio_on_over_off": 0.97},

@@ -15,13 +15,15 @@ Histograms that are always observed together, one value each per event (the seve
 times of a request), form a `HistogramGroup`: an event appends its values to one list of its label
 set (`PendingObservations`), and they are counted into the buckets in bulk, sorted and then cut at
 each bucket bound by bisection, when the group is collected or when `FOLD_AFTER_EVENTS` events
-wait. A request then costs one list extend instead of seven bisections and fourteen attribute
-updates, and the counting runs in C (sort, bisect, sum) instead of bytecode. Counts are exact: every
+wait. A request then costs one list extend instead of seven observe calls, and the counting is
+cheaper in bulk: values under the first bound (most request times) are counted by one comprehension,
+the rest sorted and cut by one bisection per bound, sums taken by `sum`. Counts are exact: every
 value is counted, and a scrape counts whatever waits before it reads a bucket.
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 
@@ -71,8 +73,10 @@ class HistogramChild:
         bounds = self.bounds
         counts = self.counts
         self.sum += sum(values) * unit
-        # Most request times fall in the first bucket: count those without sorting them.
-        over = list(filter((bounds[0] / unit).__lt__, values)) if bounds else values
+        # Most request times fall in the first bucket: count those without sorting them (a list
+        # comprehension is about twice as fast here as filter() with a bound method).
+        first = bounds[0] / unit if bounds else -math.inf
+        over = [value for value in values if value > first]
         below = len(values) - len(over)
         counts[0] += below
         if not over:
