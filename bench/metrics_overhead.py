@@ -10,7 +10,8 @@ same neighbours, where one side after the other met whatever load came at its tu
 endpoint every ``--scrape-interval`` seconds (default 15, Prometheus's usual setting; a scrape costs
 the broker about 24 ms of CPU for 2,000 lines, so at 1 s it is a large share of a slow broker's work).
 
-Two workloads, because the metrics cost is per request and per partition append, not per byte:
+Four workloads (``--workloads`` picks some), because the metrics cost is per request and per
+partition append, not per byte:
 
 - **batched**: ``--records`` values of 1000 bytes, acks=1, linger.ms=5 (large requests);
 - **small requests**: ``--small-records`` values of 100 bytes, acks=1, linger.ms=0 and at most
@@ -18,7 +19,9 @@ Two workloads, because the metrics cost is per request and per partition append,
 - **fixed requests**: ``--fixed-requests`` identical Produce requests of one 10-record batch (100-byte
   values), acks=1, 16 in flight on one Floe client connection. A librdkafka producer's requests
   grow when it falls behind, so its broker CPU per record moves with the client's speed; these do
-  not, so their broker CPU per request is the cleanest figure of what the metrics cost.
+  not, so their broker CPU per request is the cleanest figure of what the metrics cost;
+- **one-record requests**: the same with one record per request: the smallest Produce request, where
+  the metrics' per-request cost weighs most.
 
 Throughput on a shared machine swings with the neighbours' load, so each run also records each
 broker process's CPU time (user + system) per record, which the load moves much less. Ratios are
@@ -69,6 +72,7 @@ WORKLOADS = {
                                                   "batch.num.messages": "100000"}},
     "small_requests": {"value_bytes": 100, "settings": {"acks": "1", "linger.ms": "0", "batch.num.messages": "10"}},
     "fixed_requests": {"value_bytes": 100, "records_per_request": 10},
+    "one_record_requests": {"value_bytes": 100, "records_per_request": 1},
 }
 IN_FLIGHT = 16
 STATS_INTERVAL_MS = "500"  # librdkafka statistics, read for its count of Produce requests
@@ -200,10 +204,12 @@ def scrape_cost(stack: LocalStack, scrapes: int = 20) -> dict[str, float]:
     return {"broker_cpu_ms_per_scrape": (broker_cpu_s(pid) - cpu) / scrapes * 1000, "samples": lines}
 
 
-def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float) -> dict[str, Any]:
+def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float,
+            workloads: list[str]) -> dict[str, Any]:
     """Both sides at once, each from a producer process of its own, so that both meet the same load."""
     result: dict[str, Any] = {}
-    for name, workload in WORKLOADS.items():
+    for name in workloads:
+        workload = WORKLOADS[name]
         start = multiprocessing.Barrier(len(SIDES))
         answers: multiprocessing.Queue = multiprocessing.Queue()
         producers = [multiprocessing.Process(target=_producer_process, args=(
@@ -238,12 +244,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--small-records", type=int, default=50_000)
-    parser.add_argument("--fixed-requests", type=int, default=5_000)
+    parser.add_argument("--fixed-requests", type=int, default=5_000,
+                        help="requests of each fixed-request workload (10 records and 1 record per request)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     parser.add_argument("--scrape-interval", type=float, default=15.0,
                         help="seconds between scrapes of the 'on' broker (Prometheus's usual 15 s)")
     parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
     args = parser.parse_args()
-    counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests}
+    counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests,
+              "one_record_requests": args.fixed_requests}
+    workloads = [name.strip() for name in args.workloads.split(",") if name.strip()]
+    if unknown := [name for name in workloads if name not in WORKLOADS]:
+        parser.error(f"unknown workloads {unknown}; choose from {list(WORKLOADS)}")
     with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
         stacks = {side: LocalStack(directory=Path(directory) / side, brokers=1,
                                    overrides={"metrics.port": "0" if side == "on" else "-1"}) for side in SIDES}
@@ -252,7 +264,7 @@ def main() -> None:
                 stack.start()
             if stacks["off"].processes[1].metrics_port is not None:
                 raise RuntimeError("the 'off' broker serves metrics")
-            runs = [one_run(number, stacks, counts, args.scrape_interval) for number in range(args.runs)]
+            runs = [one_run(number, stacks, counts, args.scrape_interval, workloads) for number in range(args.runs)]
             scraping = scrape_cost(stacks["on"])
         finally:
             for stack in stacks.values():
@@ -260,19 +272,20 @@ def main() -> None:
 
     result = {
         **result_header("metrics_overhead"),
-        "records": counts, "runs_count": args.runs, "scrape_interval_s": args.scrape_interval,
+        "records": {name: counts[name] for name in workloads}, "runs_count": args.runs,
+        "scrape_interval_s": args.scrape_interval,
         "median": {
-            **{f"{name}_ratio_on_over_off": statistics.median(run[name]["ratio"] for run in runs) for name in WORKLOADS},
+            **{f"{name}_ratio_on_over_off": statistics.median(run[name]["ratio"] for run in runs) for name in workloads},
             **{f"{name}_records_per_s_{side}": statistics.median(run[name]["records_per_s"][side] for run in runs)
-               for name in WORKLOADS for side in SIDES},
+               for name in workloads for side in SIDES},
             **{f"{name}_broker_cpu_us_per_record_{side}": statistics.median(
-                run[name]["broker_cpu_us_per_record"][side] for run in runs) for name in WORKLOADS for side in SIDES},
+                run[name]["broker_cpu_us_per_record"][side] for run in runs) for name in workloads for side in SIDES},
             **{f"{name}_cpu_ratio_off_over_on": statistics.median(run[name]["cpu_ratio"] for run in runs)
-               for name in WORKLOADS},
+               for name in workloads},
             **{f"{name}_broker_cpu_us_per_request_{side}": statistics.median(
-                run[name]["broker_cpu_us_per_request"][side] for run in runs) for name in WORKLOADS for side in SIDES},
+                run[name]["broker_cpu_us_per_request"][side] for run in runs) for name in workloads for side in SIDES},
             **{f"{name}_produce_requests_{side}": statistics.median(run[name]["produce_requests"][side] for run in runs)
-               for name in WORKLOADS for side in SIDES},
+               for name in workloads for side in SIDES},
         },
         "scrape_cost": scraping,
         "goals": {"ratio_on_over_off": 0.97},
