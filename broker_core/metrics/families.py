@@ -13,12 +13,12 @@ from the event loop that owns the broker (the metrics endpoint runs on it).
 
 Histograms that are always observed together, one value each per event (the seven RequestMetrics
 times of a request), form a `HistogramGroup`: an event appends its values to one list of its label
-set (`PendingObservations`), and they are counted into the buckets in bulk, sorted and then cut at
-each bucket bound by bisection, when the group is collected or when `FOLD_AFTER_EVENTS` events
-wait. A request then costs one list extend instead of seven observe calls, and the counting is
-cheaper in bulk: values under the first bound (most request times) are counted by one comprehension,
-the rest sorted and cut by one bisection per bound, sums taken by `sum`. Counts are exact: every
-value is counted, and a scrape counts whatever waits before it reads a bucket.
+set (`PendingObservations`), and they are counted into the buckets in bulk when the group is
+collected or when `FOLD_AFTER_EVENTS` events wait. A request then costs one list extend instead of
+seven observe calls, and the counting is cheaper in bulk: values under the first bound (most request
+times) are counted by one comprehension, the rest sorted and cut by one bisection per bound, sums
+taken by `sum`. Counts are exact: every value is counted, and a scrape counts whatever waits before
+it reads a bucket.
 """
 
 from __future__ import annotations
