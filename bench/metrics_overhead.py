@@ -10,7 +10,8 @@ same neighbours, where one side after the other met whatever load came at its tu
 endpoint every ``--scrape-interval`` seconds (default 15, Prometheus's usual setting; a scrape costs
 the broker about 24 ms of CPU for 2,000 lines, so at 1 s it is a large share of a slow broker's work).
 
-Two workloads, because the metrics cost is per request and per partition append, not per byte:
+Four workloads (``--workloads`` picks some), because the metrics cost is per request and per
+partition append, not per byte:
 
 - **batched**: ``--records`` values of 1000 bytes, acks=1, linger.ms=5 (large requests);
 - **small requests**: ``--small-records`` values of 100 bytes, acks=1, linger.ms=0 and at most
@@ -18,12 +19,18 @@ Two workloads, because the metrics cost is per request and per partition append,
 - **fixed requests**: ``--fixed-requests`` identical Produce requests of one 10-record batch (100-byte
   values), acks=1, 16 in flight on one Floe client connection. A librdkafka producer's requests
   grow when it falls behind, so its broker CPU per record moves with the client's speed; these do
-  not, so their broker CPU per request is the cleanest figure of what the metrics cost.
+  not, so their broker CPU per request is the cleanest figure of what the metrics cost;
+- **one-record requests**: the same with one record per request: the smallest Produce request, where
+  the metrics' per-request cost weighs most.
 
 Throughput on a shared machine swings with the neighbours' load, so each run also records each
 broker process's CPU time (user + system) per record, which the load moves much less. Ratios are
 on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_overhead.json. The
 ``records_per_s`` and ``broker_cpu_us_per_record`` fields of fixed_requests count requests (``unit``).
+The librdkafka workloads also record how many Produce requests each side's producer sent (librdkafka's
+statistics), so the broker CPU per request and the records per request are known: the metrics'
+cost is per request, and how many records a librdkafka request carries depends on how fast the
+broker answers.
 
     .venv/bin/python bench/metrics_overhead.py [--runs 5] [--records 200000] [--small-records 50000]
         [--scrape-interval 15] [--output metrics_overhead.json]
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import json
 import multiprocessing
 import multiprocessing.sharedctypes
 import multiprocessing.synchronize
@@ -64,8 +72,10 @@ WORKLOADS = {
                                                   "batch.num.messages": "100000"}},
     "small_requests": {"value_bytes": 100, "settings": {"acks": "1", "linger.ms": "0", "batch.num.messages": "10"}},
     "fixed_requests": {"value_bytes": 100, "records_per_request": 10},
+    "one_record_requests": {"value_bytes": 100, "records_per_request": 1},
 }
 IN_FLIGHT = 16
+STATS_INTERVAL_MS = "500"  # librdkafka statistics, read for its count of Produce requests
 COMMON = {"queue.buffering.max.kbytes": "65536", "message.timeout.ms": "300000"}
 SIDES = ("on", "off")
 
@@ -110,12 +120,15 @@ class Scraper:
 
 
 def produce(bootstrap_servers: str, broker_pid: int, topic: str, records: int, workload: dict[str, Any],
-            start: multiprocessing.synchronize.Barrier) -> tuple[float, float]:
-    """(records per second, broker CPU microseconds per record), producing once ``start`` lets every side go."""
+            start: multiprocessing.synchronize.Barrier) -> tuple[float, float, int]:
+    """(records per second, broker CPU microseconds per record, Produce requests sent), producing once
+    ``start`` lets every side go. The requests are librdkafka's own count (its statistics' ``req``)."""
     config = {"bootstrap.servers": bootstrap_servers}
     admin = AdminClient(config)  # kept: the future fails if the client is collected before it completes
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
-    producer = Producer({**config, **COMMON, **workload["settings"]})
+    statistics_seen: list[str] = []
+    producer = Producer({**config, **COMMON, **workload["settings"], "statistics.interval.ms": STATS_INTERVAL_MS,
+                         "stats_cb": statistics_seen.append})
     value = b"v" * workload["value_bytes"]
     start.wait(120)
     cpu = broker_cpu_s(broker_pid)
@@ -129,11 +142,19 @@ def produce(bootstrap_servers: str, broker_pid: int, topic: str, records: int, w
                 producer.poll(0.001)
     if producer.flush(300) != 0:
         raise RuntimeError("the producer did not deliver every record")
-    return records / (time.perf_counter() - started), (broker_cpu_s(broker_pid) - cpu) / records * 1e6
+    rate, cpu_us = records / (time.perf_counter() - started), (broker_cpu_s(broker_pid) - cpu) / records * 1e6
+    seen = len(statistics_seen)
+    deadline = time.monotonic() + 5 * int(STATS_INTERVAL_MS) / 1000
+    while len(statistics_seen) == seen and time.monotonic() < deadline:  # statistics from after the last delivery
+        producer.poll(0.05)
+    if len(statistics_seen) == seen:
+        raise RuntimeError("librdkafka gave no statistics after the run")
+    brokers = json.loads(statistics_seen[-1])["brokers"].values()
+    return rate, cpu_us, sum(broker.get("req", {}).get("Produce", 0) for broker in brokers)
 
 
 def produce_fixed(bootstrap_servers: str, broker_pid: int, topic: str, requests: int, workload: dict[str, Any],
-                  start: multiprocessing.synchronize.Barrier) -> tuple[float, float]:
+                  start: multiprocessing.synchronize.Barrier) -> tuple[float, float, int]:
     """(requests per second, broker CPU microseconds per request): the same Produce request (one batch of
     ``records_per_request`` records) ``requests`` times, acks=1, IN_FLIGHT at a time on one connection, so
     every request costs the broker the same whatever the client's speed."""
@@ -144,7 +165,7 @@ def produce_fixed(bootstrap_servers: str, broker_pid: int, topic: str, requests:
                          for _ in range(workload["records_per_request"])])
     host, port = bootstrap_servers.split(",")[0].rsplit(":", 1)
 
-    async def run() -> tuple[float, float]:
+    async def run() -> tuple[float, float, int]:
         connection = BrokerConnection(host, int(port), request_timeout_s=120)
         await connection.connect()
         request = {"transactional_id": None, "acks": 1, "timeout": datetime.timedelta(seconds=60),
@@ -161,7 +182,7 @@ def produce_fixed(bootstrap_servers: str, broker_pid: int, topic: str, requests:
         elapsed = time.perf_counter() - started
         used = broker_cpu_s(broker_pid) - cpu
         await connection.close()
-        return requests / elapsed, used / requests * 1e6
+        return requests / elapsed, used / requests * 1e6, requests
 
     return asyncio.run(run())
 
@@ -183,10 +204,12 @@ def scrape_cost(stack: LocalStack, scrapes: int = 20) -> dict[str, float]:
     return {"broker_cpu_ms_per_scrape": (broker_cpu_s(pid) - cpu) / scrapes * 1000, "samples": lines}
 
 
-def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float) -> dict[str, Any]:
+def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float,
+            workloads: list[str]) -> dict[str, Any]:
     """Both sides at once, each from a producer process of its own, so that both meet the same load."""
     result: dict[str, Any] = {}
-    for name, workload in WORKLOADS.items():
+    for name in workloads:
+        workload = WORKLOADS[name]
         start = multiprocessing.Barrier(len(SIDES))
         answers: multiprocessing.Queue = multiprocessing.Queue()
         producers = [multiprocessing.Process(target=_producer_process, args=(
@@ -200,12 +223,17 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], 
                 process.join()
         rates = {side: measured[side][0] for side in SIDES}
         cpu = {side: measured[side][1] for side in SIDES}
+        sent = {side: measured[side][2] for side in SIDES}
         result[f"{name}_scrapes"] = scraper.scrapes
         unit = "request" if workload.get("records_per_request") else "record"
+        per_request = {side: counts[name] / sent[side] for side in SIDES}  # records (fixed: 1 request)
         result[name] = {"unit": unit, "records_per_s": rates, "ratio": rates["on"] / rates["off"],
-                        "broker_cpu_us_per_record": cpu, "cpu_ratio": cpu["off"] / cpu["on"]}
+                        "broker_cpu_us_per_record": cpu, "cpu_ratio": cpu["off"] / cpu["on"],
+                        "produce_requests": sent, f"{unit}s_per_request": per_request,
+                        "broker_cpu_us_per_request": {side: cpu[side] * per_request[side] for side in SIDES}}
         print(f"run {number} {name}: on/off {result[name]['ratio']:.3f} ({rates['on']:,.0f} / {rates['off']:,.0f} "
-              f"{unit}s/s), broker CPU us/{unit} on {cpu['on']:.1f} off {cpu['off']:.1f}", flush=True)
+              f"{unit}s/s), broker CPU us/{unit} on {cpu['on']:.1f} off {cpu['off']:.1f}, {unit}s/request "
+              f"on {per_request['on']:.2f} off {per_request['off']:.2f}", flush=True)
     result["load_average"] = os.getloadavg()
     result["cpu_pressure_avg10"] = cpu_pressure()
     return result
@@ -216,12 +244,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--small-records", type=int, default=50_000)
-    parser.add_argument("--fixed-requests", type=int, default=5_000)
+    parser.add_argument("--fixed-requests", type=int, default=5_000,
+                        help="requests of each fixed-request workload (10 records and 1 record per request)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     parser.add_argument("--scrape-interval", type=float, default=15.0,
                         help="seconds between scrapes of the 'on' broker (Prometheus's usual 15 s)")
     parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
     args = parser.parse_args()
-    counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests}
+    counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests,
+              "one_record_requests": args.fixed_requests}
+    workloads = [name.strip() for name in args.workloads.split(",") if name.strip()]
+    if unknown := [name for name in workloads if name not in WORKLOADS]:
+        parser.error(f"unknown workloads {unknown}; choose from {list(WORKLOADS)}")
     with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
         stacks = {side: LocalStack(directory=Path(directory) / side, brokers=1,
                                    overrides={"metrics.port": "0" if side == "on" else "-1"}) for side in SIDES}
@@ -230,7 +264,7 @@ def main() -> None:
                 stack.start()
             if stacks["off"].processes[1].metrics_port is not None:
                 raise RuntimeError("the 'off' broker serves metrics")
-            runs = [one_run(number, stacks, counts, args.scrape_interval) for number in range(args.runs)]
+            runs = [one_run(number, stacks, counts, args.scrape_interval, workloads) for number in range(args.runs)]
             scraping = scrape_cost(stacks["on"])
         finally:
             for stack in stacks.values():
@@ -238,15 +272,20 @@ def main() -> None:
 
     result = {
         **result_header("metrics_overhead"),
-        "records": counts, "runs_count": args.runs, "scrape_interval_s": args.scrape_interval,
+        "records": {name: counts[name] for name in workloads}, "runs_count": args.runs,
+        "scrape_interval_s": args.scrape_interval,
         "median": {
-            **{f"{name}_ratio_on_over_off": statistics.median(run[name]["ratio"] for run in runs) for name in WORKLOADS},
+            **{f"{name}_ratio_on_over_off": statistics.median(run[name]["ratio"] for run in runs) for name in workloads},
             **{f"{name}_records_per_s_{side}": statistics.median(run[name]["records_per_s"][side] for run in runs)
-               for name in WORKLOADS for side in SIDES},
+               for name in workloads for side in SIDES},
             **{f"{name}_broker_cpu_us_per_record_{side}": statistics.median(
-                run[name]["broker_cpu_us_per_record"][side] for run in runs) for name in WORKLOADS for side in SIDES},
+                run[name]["broker_cpu_us_per_record"][side] for run in runs) for name in workloads for side in SIDES},
             **{f"{name}_cpu_ratio_off_over_on": statistics.median(run[name]["cpu_ratio"] for run in runs)
-               for name in WORKLOADS},
+               for name in workloads},
+            **{f"{name}_broker_cpu_us_per_request_{side}": statistics.median(
+                run[name]["broker_cpu_us_per_request"][side] for run in runs) for name in workloads for side in SIDES},
+            **{f"{name}_produce_requests_{side}": statistics.median(run[name]["produce_requests"][side] for run in runs)
+               for name in workloads for side in SIDES},
         },
         "scrape_cost": scraping,
         "goals": {"ratio_on_over_off": 0.97},

@@ -17,7 +17,8 @@ if the slow-request log is on (``floe.request.slow.ms``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable
+import math
+from collections.abc import Callable, Container
 from typing import Protocol
 
 from prometheus_client import generate_latest
@@ -25,16 +26,12 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .aws_calls import DYNAMODB_CALLS
-from .families import SECOND_BUCKETS, Families
+from .families import SECOND_BUCKETS, CounterChild, Families, PendingObservations
 from .requests import RequestClock, log_slow_request
 
 
 class _Counter(Protocol):
     def inc(self, amount: float = 1.0) -> None: ...
-
-
-class _Histogram(Protocol):
-    def observe(self, value: float) -> None: ...
 
 
 class _NullChild:
@@ -43,9 +40,6 @@ class _NullChild:
     __slots__ = ()
 
     def inc(self, amount: float = 1.0) -> None:
-        pass
-
-    def observe(self, value: float) -> None:
         pass
 
 
@@ -70,23 +64,24 @@ NULL_TOPIC = TopicMetrics(_NULL, _NULL, _NULL, _NULL, _NULL)
 
 
 class RequestMetrics:
-    """Kafka's RequestMetrics for one request name (and the count for one version), bound once."""
+    """Kafka's RequestMetrics for one request name and version, bound once: the version's request count,
+    the name's seven time histograms (`times`, observed together: see `request_done`) and slow count."""
 
-    __slots__ = ("name", "requests", "total", "queue", "local", "remote", "throttle", "response_queue",
-                 "response_send", "slow")
+    __slots__ = ("name", "version", "requests", "times", "slow")
 
-    def __init__(self, name: str, requests: _Counter, histograms: Iterable[_Histogram], slow: _Counter) -> None:
+    def __init__(self, name: str, version: int, requests: CounterChild, times: PendingObservations,
+                 slow: _Counter) -> None:
         self.name = name
+        self.version = version
         self.requests = requests
-        (self.total, self.queue, self.local, self.remote, self.throttle, self.response_queue,
-         self.response_send) = histograms
+        self.times = times
         self.slow = slow
 
 
-NULL_REQUEST = RequestMetrics("", _NULL, (_NULL,) * 7, _NULL)
+NULL_REQUEST = RequestMetrics("", 0, CounterChild(), PendingObservations((), 1.0), _NULL)  # never reported to
 _BYTE_RATE_QUOTAS = frozenset({"producer_byte_rate", "consumer_byte_rate"})
 
-# (RequestMetrics name, what it times), in the order of RequestClock.split_ms after the throttle.
+# (RequestMetrics name, what it times), in the order `request_done` observes them.
 _REQUEST_TIMES = (
     ("totaltimems", "Time from a request having been read to its response having been written"),
     ("requestqueuetimems", "Time a request waited for the requests before it on its connection"),
@@ -117,6 +112,7 @@ class BrokerMetrics:
     def __init__(self, *, enabled: bool = True, slow_request_ms: int = -1) -> None:
         self.enabled = enabled
         self.slow_request_ms = slow_request_ms
+        self._slow_s = slow_request_ms / 1000.0 if slow_request_ms >= 0 else math.inf
         self.registry = CollectorRegistry(auto_describe=False)
         self.families = families = Families()
         self.registry.register(families)
@@ -138,11 +134,13 @@ class BrokerMetrics:
         self._topics: dict[str, TopicMetrics] = {}
         self._requests_total = families.counter("kafka_network_requestmetrics_requests",
                                                 "Requests handled, by request name and version", ("request", "version"))
-        self._request_times = [families.histogram(f"kafka_network_requestmetrics_{name}", doc, ("request",))
-                               for name, doc in _REQUEST_TIMES]
+        # Observed in seconds into histograms of milliseconds, as Kafka's RequestMetrics report them.
+        self._request_times = families.histogram_group(
+            [families.histogram(f"kafka_network_requestmetrics_{name}", doc, ("request",)) for name, doc in _REQUEST_TIMES],
+            unit=1000.0)
         self._slow = families.counter("floe_request_slow",
                                       "Requests slower than floe.request.slow.ms (each logged once)", ("request",))
-        self._requests: dict[tuple[int, int, bool], RequestMetrics] = {}
+        self._requests: dict[int, RequestMetrics] = {}
         self.isr_shrinks = families.counter("kafka_server_replicamanager_isrshrinks",
                                             "ISR shrinks written by this broker as leader").labels()
         self.isr_expands = families.counter("kafka_server_replicamanager_isrexpands",
@@ -195,35 +193,47 @@ class BrokerMetrics:
                 follower: bool = False) -> RequestMetrics:
         """The RequestMetrics children for one API version (bound on first use; ``api_names`` gives an API
         key's snake-case name, asked only then)."""
-        key = (api_key, version, follower)
+        key = api_key << 17 | version << 1 | follower  # an int: no tuple to build and hash per request
         bound = self._requests.get(key)
         if bound is None:
             if not self.enabled and self.slow_request_ms < 0:  # the slow-request log needs the timing
                 return NULL_REQUEST
             name = kafka_request_name(api_names(api_key), follower)
             bound = self._requests[key] = RequestMetrics(
-                name, self._requests_total.labels(name, str(version)),
-                [family.labels(name) for family in self._request_times], self._slow.labels(name))
+                name, version, self._requests_total.labels(name, str(version)), self._request_times.labels(name),
+                self._slow.labels(name))
         return bound
 
-    def request_done(self, bound: RequestMetrics, clock: RequestClock, throttle_s: float, version: int,
-                     client_id: str | None, principal: str, listener: str) -> None:
-        """Count a request whose response was written, and log it if it was slow."""
-        if bound is NULL_REQUEST:
-            return
-        split = clock.split_ms()
-        throttle_ms = throttle_s * 1000.0
-        bound.requests.inc()
-        bound.total.observe(split[0])
-        bound.queue.observe(split[1])
-        bound.local.observe(split[2])
-        bound.remote.observe(split[3])
-        bound.throttle.observe(throttle_ms)
-        bound.response_queue.observe(split[4])
-        bound.response_send.observe(split[5])
-        if 0 <= self.slow_request_ms <= split[0]:
+    def request_done(self, clock: RequestClock, throttle_s: float, listener: str) -> None:
+        """Count a request whose response was written (``clock.metrics`` says which), and log it if it was slow.
+
+        Runs once per request, so it is written for speed: the split of `RequestClock.split_ms`,
+        computed inline in seconds, goes to the time histograms as one extend of their pending values
+        (counted into buckets in bulk: broker_core.metrics.families).
+        """
+        bound: RequestMetrics = clock.metrics
+        received = clock.received
+        started = clock.started
+        ready = clock.ready
+        send_started = clock.send_started
+        sent = clock.sent
+        handling = ready - started
+        local_done = clock.local_done
+        waited = clock.remote_s if local_done is None else clock.remote_s + ready - local_done
+        remote = 0.0 if waited < 0.0 else handling if waited > handling else waited
+        total = sent - received
+        bound.requests.value += 1
+        times = bound.times
+        pending = times.pending
+        pending += (total, started - received, handling - remote, remote, throttle_s, send_started - ready,
+                    sent - send_started)
+        if len(pending) >= times.limit:
+            times.fold()
+        if total >= self._slow_s:
             bound.slow.inc()
-            log_slow_request(bound.name, version, client_id, principal, listener, split, throttle_ms)
+            request = clock.request
+            log_slow_request(bound.name, bound.version, request.client_id, request.principal, listener,
+                             clock.split_ms(), throttle_s * 1000.0)
 
     # less frequent --------------------------------------------------------------------------
 

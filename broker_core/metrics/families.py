@@ -10,11 +10,21 @@ adds) and hand prometheus-client metric families to its exposition when collecte
 Callers bind a child once (`labels`) and keep it: the produce and fetch paths hold one child per
 topic and per API, so the hot path never builds a label tuple. Not thread-safe: update and collect
 from the event loop that owns the broker (the metrics endpoint runs on it).
+
+Histograms that are always observed together, one value each per event (the seven RequestMetrics
+times of a request), form a `HistogramGroup`: an event appends its values to one list of its label
+set (`PendingObservations`), and they are counted into the buckets in bulk when the group is
+collected or when `FOLD_AFTER_EVENTS` events wait. A request then costs one list extend instead of
+seven observe calls, and the counting is cheaper in bulk: values under the first bound (most request
+times) are counted by one comprehension, the rest sorted and cut by one bisection per bound, sums
+taken by `sum`. Counts are exact: every value is counted, and a scrape counts whatever waits before
+it reads a bucket.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -24,6 +34,8 @@ from prometheus_client.registry import Collector
 MILLISECOND_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
                        10000.0, 30000.0)
 SECOND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Events a group's label set keeps raw before counting them (values kept: this times the group's width).
+FOLD_AFTER_EVENTS = 1024
 
 
 class CounterChild:
@@ -51,6 +63,33 @@ class HistogramChild:
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
+
+    def observe_many(self, values: list[float], unit: float = 1.0) -> None:
+        """Count every value of ``values``, each given in units ``unit`` times smaller than the bounds'
+        (1000.0: seconds into a histogram of milliseconds). A value lands where `observe` would put
+        ``value * unit``, but for one within a rounding error of a bound."""
+        if not values:
+            return
+        bounds = self.bounds
+        counts = self.counts
+        self.sum += sum(values) * unit
+        # Most request times fall in the first bucket: count those without sorting them (a list
+        # comprehension is about twice as fast here as filter() with a bound method).
+        first = bounds[0] / unit if bounds else -math.inf
+        over = [value for value in values if value > first]
+        below = len(values) - len(over)
+        counts[0] += below
+        if not over:
+            return
+        over.sort()
+        below, size = 0, len(over)
+        for index in range(1, len(bounds)):
+            upto = bisect_right(over, bounds[index] / unit)
+            counts[index] += upto - below
+            below = upto
+            if below == size:
+                return
+        counts[-1] += size - below
 
 
 class CounterFamily:
@@ -111,6 +150,58 @@ class HistogramFamily:
         return metric
 
 
+class PendingObservations:
+    """One label set of a `HistogramGroup`: each event's values, in the group's order, wait in
+    ``pending`` (the hot path extends it directly) until `fold` counts them into the histograms."""
+
+    __slots__ = ("children", "unit", "pending", "limit")
+
+    def __init__(self, children: Sequence[HistogramChild], unit: float) -> None:
+        self.children = tuple(children)
+        self.unit = unit
+        self.pending: list[float] = []
+        self.limit = FOLD_AFTER_EVENTS * len(self.children)  # callers fold once pending reaches it
+
+    def observe(self, *values: float) -> None:
+        """One event: one value per histogram of the group, in its order."""
+        pending = self.pending
+        pending += values
+        if len(pending) >= self.limit:
+            self.fold()
+
+    def fold(self) -> None:
+        pending, width = self.pending, len(self.children)
+        if not pending:
+            return
+        if len(pending) % width:
+            raise ValueError(f"{len(pending)} pending values do not divide into events of {width}")
+        for offset, child in enumerate(self.children):
+            child.observe_many(pending[offset::width], self.unit)
+        pending.clear()
+
+
+class HistogramGroup:
+    """Histogram families with the same label names that one event observes together (see the module
+    doc); their values are given in units ``unit`` times smaller than their bounds'."""
+
+    def __init__(self, members: Sequence[HistogramFamily], unit: float = 1.0) -> None:
+        self.members = tuple(members)
+        if len({member.labelnames for member in self.members}) > 1:
+            raise ValueError("the histograms of a group take the same labels")
+        self.unit = unit
+        self.bound: dict[tuple[str, ...], PendingObservations] = {}
+
+    def labels(self, *values: str) -> PendingObservations:
+        bound = self.bound.get(values)
+        if bound is None:
+            bound = self.bound[values] = PendingObservations([m.labels(*values) for m in self.members], self.unit)
+        return bound
+
+    def fold(self) -> None:
+        for bound in self.bound.values():
+            bound.fold()
+
+
 def _bound_text(bound: float) -> str:
     return repr(float(bound))
 
@@ -120,6 +211,7 @@ class Families(Collector):
 
     def __init__(self) -> None:
         self.members: list[CounterFamily | HistogramFamily] = []
+        self.groups: list[HistogramGroup] = []
 
     def counter(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> CounterFamily:
         family = CounterFamily(name, documentation, labelnames)
@@ -132,7 +224,15 @@ class Families(Collector):
         self.members.append(family)
         return family
 
+    def histogram_group(self, members: Sequence[HistogramFamily], unit: float = 1.0) -> HistogramGroup:
+        """Members (created by `histogram`) observed together; their waiting values are counted on collection."""
+        group = HistogramGroup(members, unit)
+        self.groups.append(group)
+        return group
+
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        for group in self.groups:
+            group.fold()
         for member in self.members:
             yield member.family()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from contextvars import ContextVar
+from typing import Any
 
 log = logging.getLogger("floe.request.slow")
 
@@ -29,18 +30,23 @@ _CURRENT: ContextVar[RequestClock | None] = ContextVar("floe_request_clock", def
 
 
 class RequestClock:
-    """When one request reached each stage (perf_counter seconds), and the remote wait inside its handler."""
+    """When one request reached each stage (perf_counter seconds), and the remote wait inside its handler.
 
-    __slots__ = ("received", "started", "local_done", "ready", "send_started", "sent", "remote_s")
+    The listener makes one per timed request and stamps it as the request goes; the clock also carries
+    what reporting it needs, so a request makes no other object for its metrics: ``metrics`` (the
+    bound RequestMetrics it reports to, an opaque object here) and ``request`` (its header, for the
+    slow-request log).
+    """
 
-    def __init__(self, received: float) -> None:
-        self.received = received
-        self.started = received
+    __slots__ = ("received", "started", "local_done", "ready", "send_started", "sent", "remote_s", "metrics",
+                 "request")
+
+    def __init__(self, received: float, metrics: Any = None, request: Any = None) -> None:
+        self.received = self.started = self.ready = self.send_started = self.sent = received
         self.local_done: float | None = None  # Produce: its appends done, before waiting for acks
-        self.ready = received
-        self.send_started = received
-        self.sent = received
         self.remote_s = 0.0
+        self.metrics = metrics
+        self.request = request
 
     def bind(self) -> None:
         """Make this the clock that `current_request_clock` answers in the running task."""
@@ -50,7 +56,8 @@ class RequestClock:
         """(total, request queue, local, remote, response queue, response send) in milliseconds.
 
         Remote is what the handler reported (`remote_s`), plus for a Produce the span from its appends
-        to its response being ready (the wait for acks=all).
+        to its response being ready (the wait for acks=all). `BrokerMetrics.request_done`, which runs
+        once per request, computes the same split inline, in seconds.
         """
         handling = self.ready - self.started
         waited = self.remote_s if self.local_done is None else self.remote_s + self.ready - self.local_done

@@ -24,7 +24,13 @@ from pynamodb.exceptions import PynamoDBException
 from pynamodb.models import Model
 
 from broker_core.aws import AwsSettings
-from broker_core.dynamodb_tables import bind_model, condition_failed, ensure_tables, failures_as
+from broker_core.dynamodb_tables import (
+    bind_model,
+    condition_failed,
+    ensure_tables,
+    failures_as,
+    share_connection,
+)
 from broker_core.retry import LostRace, retry_lost_races
 
 from .entities import CLIENT_ID, DEFAULT, USER, ClientQuotas, QuotaEntity
@@ -75,6 +81,8 @@ class QuotaStore:
 
     def __init__(self, settings: AwsSettings) -> None:
         self.model: type[ClientQuotaItem] = bind_model(ClientQuotaItem, settings, QUOTAS_TABLE)
+        # one observed client: its calls count in the DynamoDB call metrics (broker_core.metrics.aws_calls)
+        share_connection([self.model], settings)
 
     @_unavailable_on_error
     def ensure_table(self) -> None:

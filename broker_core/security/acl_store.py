@@ -28,7 +28,13 @@ from pynamodb.exceptions import PynamoDBException
 from pynamodb.models import Model
 
 from broker_core.aws import AwsSettings
-from broker_core.dynamodb_tables import bind_model, condition_failed, ensure_tables, failures_as
+from broker_core.dynamodb_tables import (
+    bind_model,
+    condition_failed,
+    ensure_tables,
+    failures_as,
+    share_connection,
+)
 
 from .acls import AclBinding, AclBindingFilter, AclOperation, AclPermission, PatternType, ResourceType
 
@@ -74,6 +80,8 @@ class AclStore:
 
     def __init__(self, settings: AwsSettings) -> None:
         self.model: type[AclItem] = bind_model(AclItem, settings, ACLS_TABLE)
+        # one observed client: its calls count in the DynamoDB call metrics (broker_core.metrics.aws_calls)
+        share_connection([self.model], settings)
 
     @_unavailable_on_error
     def ensure_table(self) -> None:

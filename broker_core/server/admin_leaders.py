@@ -10,13 +10,16 @@ replica alone (ELIGIBLE_LEADERS_NOT_AVAILABLE if none runs). A partition the clu
 UNKNOWN_TOPIC_OR_PARTITION. With no partitions named every partition is considered and only those
 where an election was tried are listed. The new leaders are written by the controller
 (`Controller.elect`, conditional on partition and controller epochs) and reach every broker with
-the next metadata poll.
+the next metadata poll. The partitions given a new leader count in the controller's election metrics
+(``floe_controller_elections_total{cause="elect_leaders_preferred"|"elect_leaders_unclean"}`` and
+``floe_controller_election_seconds``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
+# The `cause` label of floe_controller_elections_total for each election type.
+_ELECTION_CAUSES = {ELECTION_PREFERRED: "elect_leaders_preferred", ELECTION_UNCLEAN: "elect_leaders_unclean"}
 _OUTCOME_CODES = {
     ElectionOutcome.ELECTION_NOT_NEEDED: ErrorCode.election_not_needed,
     ElectionOutcome.PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode.preferred_leader_not_available,
@@ -79,6 +84,7 @@ class LeaderElections:
         controller = self.context.controller
         if controller is None:
             return whole(ErrorCode.not_controller, f"broker {self.context.config.broker_id} is not the controller")
+        started = time.perf_counter()
         try:
             outcomes = await asyncio.to_thread(controller.elect, named, unclean=election_type == ELECTION_UNCLEAN)
         except meta_errors.FencedControllerError:
@@ -97,6 +103,10 @@ class LeaderElections:
                 elected.append(f"{topic}-{partition}->{outcome.leader}")
             results.setdefault(topic, []).append(entry)
         if elected:
+            # Counted as the controller's own elections are (Broker._count_elections): each partition
+            # given a new leader, and the pass's duration.
+            self.context.metrics.elections.labels(_ELECTION_CAUSES[election_type]).inc(len(elected))
+            self.context.metrics.election_seconds.observe(time.perf_counter() - started)
             log.info("principal %s from %s: %s election: %s", request.principal, request.client_host,
                      "unclean" if election_type == ELECTION_UNCLEAN else "preferred", ", ".join(elected))
             await self.context.refresh_metadata()

@@ -42,15 +42,15 @@ import logging
 import socket
 import ssl
 import struct
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker_core.metrics.broker import NULL_REQUEST, BrokerMetrics, RequestMetrics
+from broker_core.metrics.broker import NULL_REQUEST, BrokerMetrics
 from broker_core.metrics.requests import RequestClock
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.framing import (
@@ -137,15 +137,6 @@ class ListenerSecurity:
 def _throttle_seconds(response: Any) -> float:
     throttle = getattr(response, "throttle_time", None)
     return throttle.total_seconds() if isinstance(throttle, datetime.timedelta) else 0.0
-
-
-@dataclass(slots=True)
-class _Timed:
-    """A request being timed for its RequestMetrics: what `Connection._send` reports once it is written."""
-
-    bound: RequestMetrics
-    clock: RequestClock
-    request: Request
 
 
 class Connection:
@@ -244,7 +235,7 @@ class Connection:
                     await self._responses.join()
                     return
                 frames = self.decoder.received(received)
-                self._received = time.perf_counter()
+                self._received = perf_counter()
                 for frame in frames:
                     if self._muted_until:
                         await self._wait_unmuted()
@@ -297,29 +288,27 @@ class Connection:
                 return verdict
         bound = self.metrics.request(request.api_key, request.api_version, api_name,
                                      request.api_key == ApiKey.FETCH and getattr(request.body, "replica_id", -1) >= 0)
-        timed = None
-        if bound is not NULL_REQUEST:
-            timed = _Timed(bound, RequestClock(self._received), request)
+        clock = None if bound is NULL_REQUEST else RequestClock(self._received, bound, request)
         if request.api_key == ApiKey.PRODUCE:
             header = request.without_body()
-            if timed is not None:
-                timed.request = header  # a waiting produce keeps no records (see the module doc)
-                timed.clock.started = time.perf_counter()
+            if clock is not None:
+                clock.request = header  # a waiting produce keeps no records (see the module doc)
+                clock.started = perf_counter()
             try:
                 complete = await self.handlers.start_produce(request)
             except Exception:
                 log.exception("Produce v%d from %s failed", request.api_version, self.peer)
                 return False
-            if timed is not None:
-                timed.clock.local_done = time.perf_counter()
-            await self._responses.put(asyncio.ensure_future(self._encode(header, complete(), timed)))
+            if clock is not None:
+                clock.local_done = perf_counter()
+            await self._responses.put(asyncio.ensure_future(self._encode(header, complete(), clock)))
             return True
         await self._responses.join()
-        if timed is not None:
-            timed.clock.started = time.perf_counter()
-            timed.clock.bind()
+        if clock is not None:
+            clock.started = perf_counter()
+            clock.bind()
         try:
-            encoded = await self._encode(request, self.handlers.handle(request), timed)
+            encoded = await self._encode(request, self.handlers.handle(request), clock)
         except Exception:
             return False
         if encoded is not None:
@@ -370,21 +359,21 @@ class Connection:
         self.decoder.max_frame_bytes = self.sasl.receive_limit(self._frame_limit)
 
     async def _encode(self, request: Request, answer: Awaitable[Any],
-                      timed: _Timed | None = None) -> tuple[list, float, _Timed | None] | None:
+                      clock: RequestClock | None = None) -> tuple[list, float, RequestClock | None] | None:
         """The encoded response to ``request`` once ``answer`` gives it, with the seconds it asks the
-        client to hold off for (its throttle time) and its timing; None when none is sent."""
+        client to hold off for (its throttle time) and its clock (None if untimed); None when none is sent."""
         try:
             response = await answer
-            if timed is not None:
-                timed.clock.ready = time.perf_counter()
+            if clock is not None:
+                clock.ready = perf_counter()
             if response is None:
-                if timed is not None:  # acks=0: nothing to send
-                    timed.clock.send_started = timed.clock.sent = timed.clock.ready
-                    self._timed_done(timed, 0.0)
+                if clock is not None:  # acks=0: nothing to send
+                    clock.send_started = clock.sent = clock.ready
+                    self.metrics.request_done(clock, 0.0, self.listener_name)
                 return None
             # A response the version cannot carry (e.g. a null topic name before Metadata v12) fails here.
             parts = encode_response(request.api_key, request.api_version, request.correlation_id, response)
-            return parts, _throttle_seconds(response), timed
+            return parts, _throttle_seconds(response), clock
         except Exception:
             log.exception("%s v%d from %s failed", api_name(request.api_key), request.api_version, self.peer)
             raise
@@ -403,16 +392,11 @@ class Connection:
                 return
             self._responses.task_done()
 
-    def _timed_done(self, timed: _Timed, throttle_s: float) -> None:
-        request = timed.request
-        self.metrics.request_done(timed.bound, timed.clock, throttle_s, request.api_version, request.client_id,
-                                  request.principal, self.listener_name)
-
-    async def _send(self, encoded: tuple[list, float, _Timed | None]) -> None:
+    async def _send(self, encoded: tuple[list, float, RequestClock | None]) -> None:
         """Write one response; if it carries a throttle time, read nothing more for that long (KIP-219)."""
-        parts, throttle_s, timed = encoded
-        if timed is not None:
-            timed.clock.send_started = time.perf_counter()
+        parts, throttle_s, clock = encoded
+        if clock is not None:
+            clock.send_started = perf_counter()
         pending = bytearray()
         for part in parts:
             if isinstance(part, bytes):
@@ -426,9 +410,9 @@ class Connection:
             await self.stream.send(pending)
         now = self.loop.time()
         self.last_active = now
-        if timed is not None:
-            timed.clock.sent = time.perf_counter()
-            self._timed_done(timed, throttle_s)
+        if clock is not None:
+            clock.sent = perf_counter()
+            self.metrics.request_done(clock, throttle_s, self.listener_name)
         if throttle_s > 0:
             self._muted_until = max(self._muted_until, now + throttle_s)
 

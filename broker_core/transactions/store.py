@@ -24,7 +24,13 @@ from pynamodb.exceptions import PutError, PynamoDBException, UpdateError
 from pynamodb.models import Model
 
 from broker_core.aws import AwsSettings
-from broker_core.dynamodb_tables import bind_model, condition_failed, ensure_tables, failures_as
+from broker_core.dynamodb_tables import (
+    bind_model,
+    condition_failed,
+    ensure_tables,
+    failures_as,
+    share_connection,
+)
 from broker_core.groups.lease import NO_HOLDER, Lease
 
 from .errors import TransactionCoordinatorFencedError, TransactionError, TransactionStoreUnavailableError
@@ -85,6 +91,8 @@ class TransactionStore:
 
     def __init__(self, settings: AwsSettings) -> None:
         self.model: type[TransactionItem] = bind_model(TransactionItem, settings, TRANSACTIONS_TABLE)
+        # one observed client: its calls count in the DynamoDB call metrics (broker_core.metrics.aws_calls)
+        share_connection([self.model], settings)
 
     @_unavailable_on_error
     def ensure_table(self) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+from types import SimpleNamespace
 
 import pytest
 
 from broker_core.metrics.broker import NULL_REQUEST, NULL_TOPIC, BrokerMetrics, kafka_request_name
 from broker_core.metrics.endpoint import MetricsEndpoint
-from broker_core.metrics.families import CounterFamily, Families, HistogramFamily
+from broker_core.metrics.families import FOLD_AFTER_EVENTS, CounterFamily, Families, HistogramFamily
 from broker_core.metrics.requests import RequestClock
 from broker_core.metrics.scrape import parse
 
@@ -26,6 +28,69 @@ def test_a_histogram_counts_each_value_into_the_first_bucket_that_holds_it_and_e
     assert samples[("t_ms_bucket", "+Inf")] == 5
     assert samples[("t_ms_count", None)] == 5
     assert samples[("t_ms_sum", None)] == 64.5
+
+
+def test_a_histogram_group_counts_every_event_into_the_buckets_observe_would_choose() -> None:
+    """Values wait raw and are counted in bulk (when FOLD_AFTER_EVENTS wait, and at collection); the
+    counts are those of observing each value, whether a collection comes between events or not."""
+    bounds = (0.5, 1.0, 2.5, 5.0, 10.0)
+    families = Families()
+    grouped = [families.histogram(f"g{i}_ms", "doc", ("request",), bounds) for i in range(3)]
+    group = families.histogram_group(grouped, unit=1000.0)  # observed in seconds
+    reference = [HistogramFamily(f"g{i}_ms", "doc", ("request",), bounds).labels("Produce") for i in range(3)]
+    produce = group.labels("Produce")
+    assert group.labels("Produce") is produce
+    rng = random.Random(7)
+    events = FOLD_AFTER_EVENTS * 2 + 333
+    for number in range(events):
+        # milliseconds a little off the bounds, to 4 ms past the last one, and some zeros
+        values_ms = [rng.choice((0.0, rng.uniform(0.0, 14.0), rng.choice(bounds) + 0.001)) for _ in range(3)]
+        produce.observe(*(v / 1000.0 for v in values_ms))
+        for child, value in zip(reference, values_ms, strict=True):
+            child.observe(value)
+        if number == FOLD_AFTER_EVENTS + 10:
+            list(families.collect())  # a scrape between folds
+    collected = {m.name: m for m in families.collect()}
+    for i, child in enumerate(reference):
+        samples = {s.labels["le"]: s.value for s in collected[f"g{i}_ms"].samples if s.name.endswith("_bucket")}
+        expected = {s.labels["le"]: s.value for s in _holding(f"g{i}_ms", bounds, child).family().samples
+                    if s.name.endswith("_bucket")}
+        assert samples == expected
+        assert samples["+Inf"] == events
+        count_sum = {s.name: s.value for s in collected[f"g{i}_ms"].samples if not s.name.endswith("_bucket")}
+        assert count_sum[f"g{i}_ms_count"] == events
+        assert count_sum[f"g{i}_ms_sum"] == pytest.approx(child.sum)
+
+
+def _holding(name: str, bounds: tuple[float, ...], child: object) -> HistogramFamily:
+    family = HistogramFamily(name, "doc", ("request",), bounds)
+    family.children[("Produce",)] = child
+    return family
+
+
+def test_every_timed_request_is_counted_exactly_in_the_request_count_and_each_time_histogram() -> None:
+    metrics = BrokerMetrics()
+    produce = metrics.request(0, 9, lambda key: "produce")
+    requests = FOLD_AFTER_EVENTS + 500
+    for number in range(requests):
+        clock = RequestClock(number, produce, header("c", "User:ANONYMOUS"))
+        clock.started = number + 0.0002
+        clock.local_done = number + 0.0012
+        clock.ready = number + 0.0032  # 2 ms waiting for acks=all
+        clock.send_started, clock.sent = number + 0.0033, number + 0.0035
+        metrics.request_done(clock, 0.0, "PLAINTEXT")
+        if number == 100:
+            assert parse("test", metrics.exposition().decode()).value(
+                "kafka_network_requestmetrics_totaltimems_count", request="Produce") == 101
+    scraped = parse("test", metrics.exposition().decode())
+    assert scraped.value("kafka_network_requestmetrics_requests_total", request="Produce", version="9") == requests
+    for name in ("totaltimems", "requestqueuetimems", "localtimems", "remotetimems", "throttletimems",
+                 "responsequeuetimems", "responsesendtimems"):
+        assert scraped.value(f"kafka_network_requestmetrics_{name}_count", request="Produce") == requests
+    remote = {s.labels["le"]: s.value for s in scraped.series("kafka_network_requestmetrics_remotetimems_bucket")}
+    assert (remote["1.0"], remote["2.5"]) == (0, requests)  # each waited 2 ms
+    assert scraped.value("kafka_network_requestmetrics_totaltimems_sum", request="Produce") == pytest.approx(
+        3.5 * requests, rel=1e-6)
 
 
 def test_a_counter_child_is_bound_once_and_a_wrong_label_count_is_refused() -> None:
@@ -75,16 +140,22 @@ def test_metrics_off_hand_out_null_children_and_keep_nothing() -> None:
     assert "kafka_server_brokertopicmetrics_messagesin_total{" not in metrics.exposition().decode()
 
 
+def header(client_id: str, principal: str) -> SimpleNamespace:
+    """What the slow-request log reads of a request's header."""
+    return SimpleNamespace(client_id=client_id, principal=principal)
+
+
 def test_a_request_at_or_over_the_slow_threshold_is_counted_and_logged_once_with_its_split(
         caplog: pytest.LogCaptureFixture) -> None:
     metrics = BrokerMetrics(slow_request_ms=100)
     bound = metrics.request(3, 12, lambda key: "metadata")
-    fast, slow = RequestClock(0.0), RequestClock(0.0)
+    fast = RequestClock(0.0, bound, header("client-a", "User:alice"))
+    slow = RequestClock(0.0, bound, header("client-b", "User:bob"))
     fast.started = fast.ready = fast.send_started = fast.sent = 0.010
     slow.started, slow.ready, slow.send_started, slow.sent = 0.1, 0.2, 0.2, 0.25
     with caplog.at_level(logging.WARNING, logger="floe.request.slow"):
-        metrics.request_done(bound, fast, 0.0, 12, "client-a", "User:alice", "PLAINTEXT")
-        metrics.request_done(bound, slow, 0.5, 12, "client-b", "User:bob", "PLAINTEXT")
+        metrics.request_done(fast, 0.0, "PLAINTEXT")
+        metrics.request_done(slow, 0.5, "PLAINTEXT")
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
     for part in ("Metadata v12", "'client-b'", "User:bob", "total 250.0 ms", "request queue 100.0", "local 100.0",
@@ -156,7 +227,7 @@ def test_with_metrics_off_the_slow_request_log_still_times_requests(caplog: pyte
     metrics = BrokerMetrics(enabled=False, slow_request_ms=0)
     bound = metrics.request(1, 12, lambda key: "fetch")
     assert bound is not NULL_REQUEST
-    clock = RequestClock(0.0)
+    clock = RequestClock(0.0, bound, header("c", "User:ANONYMOUS"))
     with caplog.at_level(logging.WARNING, logger="floe.request.slow"):
-        metrics.request_done(bound, clock, 0.0, 12, "c", "User:ANONYMOUS", "PLAINTEXT")
+        metrics.request_done(clock, 0.0, "PLAINTEXT")
     assert "slow request FetchConsumer v12" in caplog.text
