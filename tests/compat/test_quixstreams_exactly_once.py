@@ -188,6 +188,10 @@ def test_an_exactly_once_counter_counts_exactly_across_a_sigkill_and_lost_state(
     expected: dict[str, list[int]] = defaultdict(list)
     for seq in range(TOTAL):
         expected[key_of(seq)].append(seq)
+    # The last committed count of every key is its true count ...
+    assert {key: outputs[-1][0] for key, outputs in committed.by_key.items()} == {
+        key: len(seqs) for key, seqs in expected.items()}
+    # ... reached through every count once, each input record counted once, in input order.
     for key, seqs in expected.items():
         assert committed.by_key[key] == [(n + 1, seq) for n, seq in enumerate(seqs)], key
     assert committed.total == TOTAL
