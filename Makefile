@@ -6,6 +6,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.floe-installed
 SYSSTAMP := $(VENV)/.floe-sysdeps
+# quixstreams (its compat tests and examples/quixstreams_exactly_once.py) is installed with --no-deps:
+# every release pins confluent-kafka below the version Floe uses (3.28.1: <2.13, and pydantic <2.14),
+# yet runs on Floe's versions, which its tests check. Its other requirements are in pyproject.toml's
+# dev extra, with ranges. The version is in the stamp's name, so changing it reinstalls.
+QUIXSTREAMS_VERSION := 3.28.1
+QUIXSTAMP := $(VENV)/.floe-quixstreams-$(QUIXSTREAMS_VERSION)
 APT_PACKAGES := kcat redis-server redis-tools default-jre-headless
 
 .PHONY: fuzz test demo bench faults lint sysdeps venv clean
@@ -16,7 +22,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+# Redone after every install of the project (it depends on $(STAMP)): quixstreams goes in last, on top of
+# what pyproject.toml resolved.
+$(QUIXSTAMP): $(STAMP)
+	$(PY) -m pip install --quiet --no-deps 'quixstreams==$(QUIXSTREAMS_VERSION)'
+	touch $(QUIXSTAMP)
+
+venv: $(STAMP) $(QUIXSTAMP)
 
 $(SYSSTAMP): | $(STAMP)
 	@missing=""; \
@@ -33,14 +45,14 @@ $(SYSSTAMP): | $(STAMP)
 
 sysdeps: $(SYSSTAMP)
 
-test: $(STAMP) $(SYSSTAMP)
+test: $(STAMP) $(QUIXSTAMP) $(SYSSTAMP)
 	$(PY) -m pytest -q -m "not faults" -p no:cacheprovider --durations=30
 
-faults: $(STAMP) $(SYSSTAMP)
+faults: $(STAMP) $(QUIXSTAMP) $(SYSSTAMP)
 	$(PY) -m pytest -q -m faults -p no:cacheprovider
 	FLOE_FAULTS_SECURITY=sasl_ssl $(PY) -m pytest -q -m faults -p no:cacheprovider tests/faults
 
-fuzz: $(STAMP) $(SYSSTAMP)
+fuzz: $(STAMP) $(QUIXSTAMP) $(SYSSTAMP)
 	FLOE_HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q -m "not faults" -p no:cacheprovider
 
 lint: $(STAMP)

@@ -30,6 +30,7 @@ consumer lag is sampled every second (``floe.consumer.lag.sample.ms=1000``). ``-
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -277,14 +278,16 @@ class LocalStack:
             except subprocess.TimeoutExpired:
                 broker.process.kill()
                 broker.process.wait()
-        if self.moto is not None:
-            if save_state:
+        try:
+            if self.moto is not None and save_state:
                 self.save_state()
-            self.moto.stop()
-            self.moto = None
-        if self.sts is not None:
-            self.sts.stop()
-            self.sts = None
+        finally:  # a save that failed still stops moto, rather than leave it running without its stack
+            if self.moto is not None:
+                self.moto.stop()
+                self.moto = None
+            if self.sts is not None:
+                self.sts.stop()
+                self.sts = None
 
     def __enter__(self) -> LocalStack:
         self.start()
@@ -456,14 +459,15 @@ class LocalStack:
             items = []
             for page in dynamodb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
                 items += page["Items"]
-            # Items stay in DynamoDB's own attribute-value JSON, so every type round-trips exactly. The
-            # key schema comes along: tables the brokers or the HTTP adapter create only after the
-            # restore (manifest, groups, idempotency) must exist before their items go back.
+            # Items stay in DynamoDB's own attribute-value JSON (binary values base64, as on the wire),
+            # so every type round-trips exactly. The key schema comes along: tables the brokers or the
+            # HTTP adapter create only after the restore (manifest, groups, idempotency) must exist
+            # before their items go back.
             described = dynamodb.describe_table(TableName=table)["Table"]
             (tables_dir / f"{table}.json").write_text(json.dumps({
                 "key_schema": described["KeySchema"],
                 "attribute_definitions": described["AttributeDefinitions"],
-                "items": items,
+                "items": [{name: attribute_json(value) for name, value in item.items()} for item in items],
             }))
         s3 = self._s3()
         keys = []
@@ -498,10 +502,40 @@ class LocalStack:
                                       BillingMode="PAY_PER_REQUEST")
                 dynamodb.get_waiter("table_exists").wait(TableName=path.stem)
             for item in items:
-                dynamodb.put_item(TableName=path.stem, Item=item)
+                dynamodb.put_item(TableName=path.stem,
+                                  Item={name: attribute_value(value) for name, value in item.items()})
         s3 = self._s3()
         for key in json.loads((state / "objects.json").read_text()) if (state / "objects.json").exists() else []:
             s3.upload_file(str(state / "objects" / key), self.bucket, key)
+
+
+def attribute_json(value: dict[str, Any]) -> dict[str, Any]:
+    """A DynamoDB attribute value as boto3's client gives it, in DynamoDB's JSON: binary (B, BS) as base64
+    text, inside maps and lists too (group members' metadata and SCRAM salts are binary)."""
+    ((kind, inner),) = value.items()
+    if kind == "B":
+        return {"B": base64.b64encode(inner).decode("ascii")}
+    if kind == "BS":
+        return {"BS": [base64.b64encode(b).decode("ascii") for b in inner]}
+    if kind == "M":
+        return {"M": {name: attribute_json(v) for name, v in inner.items()}}
+    if kind == "L":
+        return {"L": [attribute_json(v) for v in inner]}
+    return value
+
+
+def attribute_value(value: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `attribute_json`: what boto3's client takes back."""
+    ((kind, inner),) = value.items()
+    if kind == "B":
+        return {"B": base64.b64decode(inner)}
+    if kind == "BS":
+        return {"BS": [base64.b64decode(b) for b in inner]}
+    if kind == "M":
+        return {"M": {name: attribute_value(v) for name, v in inner.items()}}
+    if kind == "L":
+        return {"L": [attribute_value(v) for v in inner]}
+    return value
 
 
 def _table_names(dynamodb: Any) -> list[str]:

@@ -183,7 +183,12 @@ class RequestHandlers:
 
     async def metadata(self, request: Request) -> Any:
         body = request.body
-        if body.topics:
+        if body.topics is None:
+            # Every topic, so also those created since this broker's last poll: a client that creates
+            # a topic and then lists the cluster's topics from any broker (quixstreams does, before it
+            # uses a changelog topic it created) must find it.
+            await self.context.catch_up_metadata()
+        elif body.topics:
             await self._catch_up_for(getattr(entry, "name", None) for entry in body.topics)
         image = self.context.image
         authorizer = self.context.authorizer

@@ -10,10 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import boto3
 import psutil
 import pytest
+from confluent_kafka import Consumer
 
+from broker_core.aws import AwsSettings
 from broker_core.client import EARLIEST, LATEST, FloeClient
+from broker_core.groups.models import GROUPS_TABLE
 from broker_core.records.batch import SimpleRecord
 from tests.support.waiting import wait_until
 
@@ -65,6 +69,27 @@ async def _produce_and_read(bootstrap: str, topic: str, create: bool) -> list[by
         return values
 
 
+def _join_as_static_member(bootstrap: str, topic: str) -> None:
+    """A consumer with a group.instance.id, assigned ``topic`` and closed: a static member stays in its group."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "static-group", "group.instance.id": "static-0"})
+    consumer.subscribe([topic])
+    try:
+        wait_until(lambda: consumer.poll(0.2) is not None or consumer.assignment(), "the static member assigned",
+                   _UP_TIMEOUT_S, interval_s=0)
+    finally:
+        consumer.close()
+
+
+def _stored_members(aws: dict) -> list[tuple[str, bytes]]:
+    """(group.instance.id, assignment bytes) of every member of the static group, as DynamoDB holds them."""
+    settings = AwsSettings.from_dict(aws)
+    dynamodb = boto3.client("dynamodb", aws_access_key_id="floe-local", aws_secret_access_key="floe-local",
+                            **settings.boto3_kwargs())
+    item = dynamodb.get_item(TableName=settings.table_prefix + GROUPS_TABLE, Key={"group_id": {"S": "static-group"}},
+                             ConsistentRead=True)["Item"]
+    return [(m["M"]["group_instance_id"]["S"], m["M"]["assignment"]["B"]) for m in item["members"]["L"]]
+
+
 def test_local_up_writes_stack_json_and_stops_every_process_on_interrupt(tmp_path: Path) -> None:
     process = _start_local_up(tmp_path, "--brokers", "2", "--set", "log.segment.bytes=1048576")
     info = _wait_for_stack_file(tmp_path, process)
@@ -89,18 +114,24 @@ def test_restarting_local_up_on_the_same_directory_keeps_topics_and_records(tmp_
     info = _wait_for_stack_file(tmp_path, process)
     try:
         written = asyncio.run(_produce_and_read(info["bootstrap_servers"], "kept", create=True))
+        # Group members carry binary attributes (protocol metadata, assignment): the saved state holds them too.
+        _join_as_static_member(info["bootstrap_servers"], "kept")
+        members = _stored_members(info["aws"])
     finally:
         assert _stop(process) == 0
     assert len(written) == 2000
+    assert [instance for instance, _ in members] == ["static-0"] and members[0][1]
     (tmp_path / "stack.json").unlink()
 
     process = _start_local_up(tmp_path)
     info = _wait_for_stack_file(tmp_path, process)
     try:
         read_back = asyncio.run(_produce_and_read(info["bootstrap_servers"], "kept", create=False))
+        members_back = _stored_members(info["aws"])
     finally:
         assert _stop(process) == 0
     assert read_back == written
+    assert members_back == members
 
 
 def test_local_up_refuses_a_malformed_setting(tmp_path: Path) -> None:

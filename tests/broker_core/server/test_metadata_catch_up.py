@@ -52,6 +52,25 @@ def test_a_topic_created_behind_the_brokers_back_is_described_produced_to_and_re
     asyncio.run(run())
 
 
+def test_a_topic_created_behind_the_brokers_back_is_listed_by_a_metadata_request_for_every_topic(
+        stack: LocalStack) -> None:
+    async def run() -> None:
+        MetadataStore(stack.aws).create_topic("listed-at-once", 1, 1)
+        connection = BrokerConnection(stack.host, stack.processes[1].port)
+        await connection.connect()
+        try:
+            every_topic = build_entity(request_class(ApiKey.METADATA, 12), {
+                "topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+            listed = (await connection.send(ApiKey.METADATA, every_topic)).topics
+        finally:
+            await connection.close()
+        (topic,) = [t for t in listed if t.name == "listed-at-once"]
+        assert topic.error_code == ErrorCode.none
+        assert [p.partition_index for p in topic.partitions] == [0]
+
+    asyncio.run(run())
+
+
 def test_a_topic_that_does_not_exist_is_still_unknown(stack: LocalStack) -> None:
     async def run() -> None:
         async with FloeClient(stack.bootstrap_servers, retries=0) as client:
