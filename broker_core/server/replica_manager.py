@@ -116,8 +116,15 @@ class ReplicaManager:
             return state is not None and me in state.replicas
 
         self.deletions.adopt_leftovers(self.data_dir)
+        stray = stray_partition_directories(self.data_dir, self.partitions.keys(), assigned_here)
+        if stray and not image.topics:
+            # No topic at all: more likely a wrong table prefix than a cluster whose every topic went.
+            # Kept directories are never served, and a re-created topic discards them by its topic id.
+            log.warning("the metadata describes no topic: keeping %d partition directories not assigned to "
+                        "broker %d (check the table prefix)", len(stray), me)
+            return []
         renamed = []
-        for directory in stray_partition_directories(self.data_dir, self.partitions.keys(), assigned_here):
+        for directory in stray:
             log.warning("stray log %s: partition not assigned to broker %d (topic deleted or replica "
                         "reassigned away while it was down); deleting it", directory.name, me)
             renamed.append(self.deletions.schedule(directory))

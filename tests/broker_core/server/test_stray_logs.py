@@ -16,6 +16,8 @@ from broker_core.server.config import BrokerConfig
 from broker_core.server.replica_manager import ReplicaManager
 
 ME = 1
+# A topic on other brokers: the cluster still has topics when this broker's are gone.
+ELSEWHERE = ("elsewhere", "id-elsewhere", (2,))
 
 
 def config(data_dir: Path, delay_ms: int = 60_000) -> BrokerConfig:
@@ -92,10 +94,10 @@ def test_leftover_delete_directories_of_an_earlier_run_are_scheduled_again(tmp_p
     first, _ = restart(tmp_path, image(("deleted", "id-deleted", (ME,))), delay_ms=0)
     write_records(first, "deleted", [b"old"])
     first.close()
-    second, renamed = restart(tmp_path, image(), delay_ms=0)
+    second, renamed = restart(tmp_path, image(ELSEWHERE), delay_ms=0)
     second.close()
     # Stopped before removing it: the next start finds the -delete directory and removes it in turn.
-    third, again = restart(tmp_path, image(), delay_ms=0)
+    third, again = restart(tmp_path, image(ELSEWHERE), delay_ms=0)
     assert again == []
     assert third.deletions.pending == renamed
     assert third.deletions.due() == renamed
@@ -106,7 +108,7 @@ def test_a_topic_recreated_under_the_same_name_does_not_get_the_old_records_back
     write_records(manager, "events", [b"old 1", b"old 2"])
     manager.close()
     # Deleted while this broker was down; the broker comes back before it is created again.
-    manager, renamed = restart(tmp_path, image())
+    manager, renamed = restart(tmp_path, image(ELSEWHERE))
     manager.close()
     assert len(renamed) == 1
     manager, _ = restart(tmp_path, image(("events", "id-new", (ME,))))
@@ -134,7 +136,17 @@ def test_names_that_are_not_partition_directories_are_left_alone(tmp_path: Path)
     (tmp_path / "notes.txt").write_text("operator's")
     (tmp_path / "lost+found").mkdir()
     (tmp_path / "backup").mkdir()
-    manager, renamed = restart(tmp_path, image())
+    manager, renamed = restart(tmp_path, image(ELSEWHERE))
     manager.close()
     assert renamed == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backup", "lost+found", "notes.txt"]
+
+
+def test_with_no_topic_at_all_in_the_metadata_nothing_is_removed(tmp_path: Path) -> None:
+    manager, _ = restart(tmp_path, image(("events", "id-events", (ME,))))
+    manager.close()
+    # A wrong table prefix looks like this: the broker alone, no topic.
+    manager, renamed = restart(tmp_path, image())
+    manager.close()
+    assert renamed == []
+    assert (tmp_path / "events-0").is_dir()
