@@ -245,6 +245,7 @@ def test_read_committed_leaves_out_aborted_transactions_and_read_uncommitted_kee
         reader(cluster, isolationLevel="serializable")
 
 
+@pytest.mark.faults  # its fixture tiers two partitions into moto, several seconds: in `make faults`, outside CI's 20-minute budget
 def test_reads_start_at_the_log_start_delete_records_set_and_skip_the_segments_below_it(tiered) -> None:
     settings, logs = tiered
     topic_id = MetadataStore(settings).get_topic("events").topic_id

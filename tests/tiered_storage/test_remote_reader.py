@@ -159,6 +159,7 @@ def test_list_offsets_find_the_remote_log_start_and_remote_timestamps(
     assert beyond is None
 
 
+@pytest.mark.faults  # uploads and reads against moto, a few seconds: in `make faults`
 def test_the_log_start_delete_records_set_bounds_remote_reads_and_list_offsets(
     tiered: LeaderPartition, manifest: ManifestStore, aws_settings: AwsSettings, bucket: str
 ) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 
 from broker_core.aws import AwsSettings
 from broker_core.log.partition_log import PartitionLog
@@ -125,6 +126,7 @@ def test_remote_retention_deletes_the_oldest_remote_segments_and_their_objects(
     assert keys == {key for r in left for key in (r.log_key, r.indexes_key)}
 
 
+@pytest.mark.faults  # two tiering rounds against moto, several seconds: in `make faults`, outside CI's 20-minute budget
 def test_remote_segments_wholly_below_the_delete_records_log_start_go_from_s3_and_the_manifest(
     aws_settings: AwsSettings, bucket: str, tmp_path: Path
 ) -> None:
