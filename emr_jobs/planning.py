@@ -2,10 +2,10 @@
 
 Planning runs once, on the driver, before any record is read. For each partition of the topic it
 resolves the offsets to read, ``[start, end)``, against the tiered data (the manifest's committed
-segments, never before the log start DeleteRecords set) and then cuts every segment that overlaps that range into byte ranges of the .log
-object. A range always starts and ends at a batch boundary taken from the segment's offset index
-(or at 0 or the object's size), so the executors' ranged GETs never split a batch, and every batch
-is read by exactly one input partition. Segments read whole and not larger than
+segments, never before the log start DeleteRecords set) and then cuts every segment that overlaps
+that range into byte ranges of the .log object. A range always starts and ends at a batch boundary
+taken from the segment's offset index (or at 0 or the object's size), so the executors' ranged GETs
+never split a batch, and every batch is read by exactly one input partition. Segments read whole and not larger than
 ``maxBytesPerPartition`` need no indexes object; the others cost one small GET each.
 """
 
