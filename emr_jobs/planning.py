@@ -5,8 +5,9 @@ resolves the offsets to read, ``[start, end)``, against the tiered data (the man
 segments, never before the log start DeleteRecords set) and then cuts every segment that overlaps
 that range into byte ranges of the .log object. A range always starts and ends at a batch boundary
 taken from the segment's offset index (or at 0 or the object's size), so the executors' ranged GETs
-never split a batch, and every batch is read by exactly one input partition. Segments read whole and not larger than
-``maxBytesPerPartition`` need no indexes object; the others cost one small GET each.
+never split a batch, and every batch is read by exactly one input partition. Segments read whole
+and not larger than ``maxBytesPerPartition`` need no indexes object; the others cost one small GET
+each.
 """
 
 from __future__ import annotations
