@@ -91,10 +91,15 @@ class LogDeletions:
         """The renamed directories not yet handed out by `due`, oldest first."""
         return [path for _, path in self._pending]
 
-    def schedule(self, directory: Path) -> Path:
-        """Rename ``directory`` to its ``-delete`` name now and schedule its removal; return the new path."""
+    def schedule(self, directory: Path) -> Path | None:
+        """Rename ``directory`` to its ``-delete`` name now and schedule its removal; return the new path
+        (None when the directory is already gone: nothing is left to delete)."""
         renamed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
-        directory.rename(renamed)
+        try:
+            directory.rename(renamed)
+        except FileNotFoundError:
+            log.warning("%s is already gone", directory)
+            return None
         fsync_directory(directory.parent)
         self._pending.append((self.clock() + self.delay_s, renamed))
         log.info("renamed %s to %s; it is removed in %gs", directory, renamed.name, self.delay_s)

@@ -127,7 +127,9 @@ class ReplicaManager:
         for directory in stray:
             log.warning("stray log %s: partition not assigned to broker %d (topic deleted or replica "
                         "reassigned away while it was down); deleting it", directory.name, me)
-            renamed.append(self.deletions.schedule(directory))
+            moved = self.deletions.schedule(directory)
+            if moved is not None:
+                renamed.append(moved)
         return renamed
 
     def close(self) -> None:

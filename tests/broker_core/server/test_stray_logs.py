@@ -88,6 +88,8 @@ def test_a_renamed_log_is_removed_only_after_the_delay(tmp_path: Path) -> None:
     now[0] += 0.2
     assert deletions.due() == [renamed]
     assert deletions.pending == []
+    assert deletions.schedule(tmp_path / "never-there-0") is None  # nothing to delete, nothing pending
+    assert deletions.pending == []
 
 
 def test_leftover_delete_directories_of_an_earlier_run_are_scheduled_again(tmp_path: Path) -> None:
