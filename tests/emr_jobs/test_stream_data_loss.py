@@ -113,6 +113,8 @@ def test_a_tiered_topic_trimmed_by_delete_records_is_read_from_its_new_log_start
             return await client.delete_records("tiered-trimmed", 0, log_start)
 
     assert asyncio.run(trim()) == log_start
+    streamed = stream_values(spark, stack, "tiered-trimmed", tmp_path / "stream", startingOffsets="earliest")
+    assert streamed == values[log_start:]
     # The batch source's planning and reads, run in this process (what Spark's workers would run).
     floe = FloeReader(parse_options({"topic": "tiered-trimmed", "stack": str(stack.directory / STACK_FILE)}, {}))
     planned = floe.partitions()
@@ -120,5 +122,3 @@ def test_a_tiered_topic_trimmed_by_delete_records_is_read_from_its_new_log_start
                    in getattr(read, "log_key", "") for read in planned)
     rows = [row for read in planned for batch in floe.read(read) for row in batch.to_pylist()]
     assert [row["value"] for row in sorted(rows, key=lambda row: row["offset"])] == values[log_start:]
-    streamed = stream_values(spark, stack, "tiered-trimmed", tmp_path / "stream", startingOffsets="earliest")
-    assert streamed == values[log_start:]
