@@ -102,7 +102,8 @@ class FloeReader(DataSourceReader):
         settings = options.aws
         topic_id, num_partitions = remote.topic_partitions(settings, options.topic)
         check_partitions(options, num_partitions)
-        all_segments = remote.committed_segments(settings, topic_id, range(num_partitions))
+        remote_logs = remote.committed_segments(settings, topic_id, range(num_partitions))
+        all_segments = {partition: log.readable for partition, log in remote_logs.items()}
         # A timestamp lookup and the byte-range cuts may both need a segment's indexes object: fetch it once.
         load_indexes = functools.cache(functools.partial(remote.read_indexes, settings))
         servers = options.bootstrap_servers
@@ -110,15 +111,17 @@ class FloeReader(DataSourceReader):
                                     read_committed=options.read_committed) if servers else {}
         reads: list[InputPartition] = []
         for partition, segments in all_segments.items():
+            log_start = remote_logs[partition].log_start_offset
             log_bounds = None
             if servers:
-                log_bounds = _log_bounds(segments, bounds[partition])
+                log_bounds = _log_bounds(segments, bounds[partition], log_start)
             offsets = resolve_offsets(
                 options,
                 partition,
                 segments,
-                functools.partial(self._offset_for_timestamp, segments, load_indexes, partition),
+                functools.partial(self._offset_for_timestamp, segments, load_indexes, partition, log_start),
                 log_bounds,
+                log_start,
             )
             reads += plan_segment_reads(options.topic, offsets, segments, options.max_bytes_per_partition, load_indexes,
                                         read_committed=options.read_committed)
@@ -133,11 +136,13 @@ class FloeReader(DataSourceReader):
         segments: list[RemoteSegment],
         load_indexes: Callable[[RemoteSegment], SegmentIndexes],
         partition: int,
+        log_start: int,
         timestamp_ms: int,
     ) -> int | None:
-        """The first offset at or after ``timestamp_ms``: from the tiered data, else (records only on
-        broker disks) from the partition's leader when the tail is read."""
-        found = remote.find_offset_for_timestamp(self.options.aws, segments, timestamp_ms, load_indexes=load_indexes)
+        """The first offset at or after ``timestamp_ms`` (and the log start): from the tiered data, else
+        (records only on broker disks) from the partition's leader when the tail is read."""
+        found = remote.find_offset_for_timestamp(self.options.aws, segments, timestamp_ms, load_indexes=load_indexes,
+                                                 min_offset=log_start)
         if found is None and self.options.bootstrap_servers:
             servers = self.options.bootstrap_servers
             found = tail.broker_offsets_for_timestamp(servers, self.options.topic, [partition], timestamp_ms)[partition]
@@ -155,10 +160,10 @@ class FloeReader(DataSourceReader):
         yield from read_segment(self.options, partition)
 
 
-def _log_bounds(segments: list[RemoteSegment], bounds: tail.BrokerBounds) -> tuple[int, int]:
+def _log_bounds(segments: list[RemoteSegment], bounds: tail.BrokerBounds, log_start: int) -> tuple[int, int]:
     """(earliest, latest) of a partition read to its head: tiered start (log start when nothing is
-    tiered) and the high watermark."""
-    earliest = segments[0].base_offset if segments else bounds.log_start
+    tiered), never below the log start DeleteRecords set, and the high watermark."""
+    earliest = tiered_bounds(segments, log_start)[0] if segments else max(bounds.log_start, log_start)
     return earliest, max(bounds.high_watermark, tiered_bounds(segments)[1])
 
 

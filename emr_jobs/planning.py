@@ -2,11 +2,12 @@
 
 Planning runs once, on the driver, before any record is read. For each partition of the topic it
 resolves the offsets to read, ``[start, end)``, against the tiered data (the manifest's committed
-segments) and then cuts every segment that overlaps that range into byte ranges of the .log
-object. A range always starts and ends at a batch boundary taken from the segment's offset index
-(or at 0 or the object's size), so the executors' ranged GETs never split a batch, and every batch
-is read by exactly one input partition. Segments read whole and not larger than
-``maxBytesPerPartition`` need no indexes object; the others cost one small GET each.
+segments, never before the log start DeleteRecords set) and then cuts every segment that overlaps
+that range into byte ranges of the .log object. A range always starts and ends at a batch boundary
+taken from the segment's offset index (or at 0 or the object's size), so the executors' ranged GETs
+never split a batch, and every batch is read by exactly one input partition. Segments read whole
+and not larger than ``maxBytesPerPartition`` need no indexes object; the others cost one small GET
+each.
 """
 
 from __future__ import annotations
@@ -55,14 +56,15 @@ class SegmentRead(InputPartition):
     aborted: tuple[tuple[int, int, int], ...] = ()
 
 
-def tiered_bounds(segments: Sequence[RemoteSegment]) -> tuple[int, int]:
-    """(earliest, latest) tiered offsets of a partition: first base offset, one past the last offset.
+def tiered_bounds(segments: Sequence[RemoteSegment], log_start_offset: int = 0) -> tuple[int, int]:
+    """(earliest, latest) tiered offsets of a partition: first base offset (or the log start
+    DeleteRecords set, when above it), one past the last offset.
 
-    (0, 0) when nothing is tiered.
+    ``segments`` are the readable ones (`RemoteLog.readable`). (0, 0) when nothing is tiered.
     """
     if not segments:
         return 0, 0
-    return segments[0].base_offset, segments[-1].end_offset + 1
+    return max(segments[0].base_offset, log_start_offset), segments[-1].end_offset + 1
 
 
 def check_partitions(options: ReadOptions, num_partitions: int) -> None:
@@ -79,15 +81,17 @@ def resolve_offsets(
     segments: Sequence[RemoteSegment],
     offset_for_timestamp: Callable[[int], int | None],
     log_bounds: tuple[int, int] | None = None,
+    log_start_offset: int = 0,
 ) -> OffsetRange:
     """The offsets of ``partition`` to read, given its committed segments.
 
     ``offset_for_timestamp(t)`` answers Kafka's ListOffsets by timestamp (None when no record
     reaches ``t``); a timestamp no record reaches resolves to latest. Without ``log_bounds``,
     earliest and latest are the tiered bounds; with them (earliest, high watermark, when the tail
-    is read from the brokers) they are the log's.
+    is read from the brokers) they are the log's. Neither is below ``log_start_offset``.
     """
-    earliest, latest = tiered_bounds(segments) if log_bounds is None else log_bounds
+    earliest, latest = tiered_bounds(segments, log_start_offset) if log_bounds is None else log_bounds
+    earliest = max(earliest, log_start_offset)
 
     def explicit(option: str, offset: int) -> int:
         if offset == EARLIEST:

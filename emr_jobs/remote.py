@@ -27,7 +27,7 @@ from broker_core.records.header import parse_header, verify_crc
 from emr_jobs.errors import CorruptIndexesError, CorruptSegmentError, SegmentGoneError
 from emr_jobs.options import LOCAL_STACK_CREDENTIALS, ReadOptions
 from tiered_storage.indexes import CorruptIndexesObjectError, SegmentIndexes, decode_indexes
-from tiered_storage.manifest import ManifestStore, RemoteSegment
+from tiered_storage.manifest import ManifestStore, RemoteLog, RemoteSegment
 
 READ_CHUNK_BYTES = 8 * 1024 * 1024
 TIMESTAMP_SCAN_CHUNK_BYTES = 256 * 1024
@@ -75,10 +75,11 @@ def topic_partitions(settings: AwsSettings, topic: str) -> tuple[str, int]:
     return description.topic_id, description.num_partitions
 
 
-def committed_segments(settings: AwsSettings, topic_id: str, partitions: Sequence[int]) -> dict[int, list[RemoteSegment]]:
-    """The COPY_FINISHED segments of each partition, by increasing base offset."""
+def committed_segments(settings: AwsSettings, topic_id: str, partitions: Sequence[int]) -> dict[int, RemoteLog]:
+    """Each partition's remote log: its COPY_FINISHED segments by increasing base offset and the log
+    start DeleteRecords set (readers use `RemoteLog.readable` and start no earlier than it)."""
     manifest = manifest_store(settings)
-    return {partition: manifest.list_segments(topic_id, partition) for partition in partitions}
+    return {partition: manifest.remote_log(topic_id, partition) for partition in partitions}
 
 
 def read_indexes(settings: AwsSettings, segment: RemoteSegment) -> SegmentIndexes:
@@ -139,8 +140,10 @@ def find_offset_for_timestamp(
     timestamp_ms: int,
     *,
     load_indexes: Callable[[RemoteSegment], SegmentIndexes] | None = None,
+    min_offset: int = 0,
 ) -> int | None:
-    """The first offset whose record timestamp is >= ``timestamp_ms`` (Kafka's ListOffsets by time), or None.
+    """The first offset at or above ``min_offset`` (the log start) whose record timestamp is >=
+    ``timestamp_ms`` (Kafka's ListOffsets by time), or None.
 
     The first segment whose largest timestamp reaches ``timestamp_ms`` holds the answer (every record
     before it is older). Its time index narrows the search to the batches after the last indexed
@@ -149,10 +152,10 @@ def find_offset_for_timestamp(
     reads what follows it. ``load_indexes`` (default: read_indexes) lets a caller share fetched indexes.
     """
     for segment in segments:
-        if segment.max_timestamp_ms < timestamp_ms:
+        if segment.max_timestamp_ms < timestamp_ms or segment.end_offset < min_offset:
             continue
         indexes = read_indexes(settings, segment) if load_indexes is None else load_indexes(segment)
-        lower_bound = indexes.offset_for_timestamp(timestamp_ms)
+        lower_bound = max(indexes.offset_for_timestamp(timestamp_ms), min_offset)
         start = indexes.position_for_offset(lower_bound)
         found = _scan_for_timestamp(settings, segment, start, lower_bound, timestamp_ms)
         if found is not None:

@@ -217,13 +217,14 @@ class FloeStreamReader(DataSourceStreamReader):
         state: dict[str, dict[int, tuple[int, int, list]]] = {}
         for topic in self._topics():
             topic_id, count = remote.topic_partitions(self.options.aws, topic)
-            segments = remote.committed_segments(self.options.aws, topic_id, range(count))
+            remote_logs = remote.committed_segments(self.options.aws, topic_id, range(count))
             bounds = tail.broker_bounds(self.options.bootstrap_servers, topic, range(count),
                                         read_committed=self.options.read_committed)
             state[topic] = {}
             for partition in range(count):
-                tiered = segments[partition]
-                earliest = tiered[0].base_offset if tiered else bounds[partition].log_start
+                tiered, log_start = remote_logs[partition].readable, remote_logs[partition].log_start_offset
+                earliest = (tiered_bounds(tiered, log_start)[0] if tiered
+                            else max(bounds[partition].log_start, log_start))
                 latest = max(bounds[partition].high_watermark, tiered_bounds(tiered)[1])
                 state[topic][partition] = (earliest, latest, tiered)
         return state
@@ -237,7 +238,8 @@ class FloeStreamReader(DataSourceStreamReader):
             offsets[topic] = {}
             for partition, (earliest, latest, tiered) in partitions.items():
                 if options.starting_timestamp is not None:
-                    found = remote.find_offset_for_timestamp(options.aws, tiered, options.starting_timestamp)
+                    found = remote.find_offset_for_timestamp(options.aws, tiered, options.starting_timestamp,
+                                                             min_offset=earliest)
                     if found is None:
                         found = tail.broker_offsets_for_timestamp(
                             options.bootstrap_servers, topic, [partition], options.starting_timestamp

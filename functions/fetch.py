@@ -10,6 +10,11 @@ leader. Either way the answer holds whole batches' records from the start offset
 ``max_bytes`` of batches (at least one batch), cut further so the JSON stays under Lambda's 6 MB
 response limit, plus ``next_offset`` for the next call.
 
+An offset below the partition's log start is answered 416 (as the broker answers
+OFFSET_OUT_OF_RANGE) even while S3 still holds it: DeleteRecords records the log start in the
+manifest's head item, and an S3 read checks it afresh (one consistent GetItem) before it returns
+records, so records deleted a moment ago are never served from a cached segment list.
+
 ``isolation`` is read_committed by default: the broker is asked for a read_committed Fetch (up to
 the LSO, aborted transactions named and left out), and S3 reads leave out aborted transactions using
 the transaction section of the segment's indexes object (every aborted transaction overlapping the
@@ -54,7 +59,7 @@ from functions.models import (
 )
 from functions.telemetry import BYTES_OUT, FAILED_FETCH_REQUESTS, count_topic, tracer
 from tiered_storage.indexes import CorruptIndexesObjectError, SegmentIndexes, decode_indexes
-from tiered_storage.manifest import ManifestError, RemoteSegment
+from tiered_storage.manifest import ManifestError, RemoteLog, RemoteSegment
 from tiered_storage.retention import is_tiered
 
 router = Router()
@@ -104,18 +109,30 @@ def _describe(container: runtime.Container, topic: str) -> TopicDescription:
     return description
 
 
-def _remote_segments(container: runtime.Container, description: TopicDescription, partition: int, *,
-                     refresh: bool = False) -> list[RemoteSegment]:
-    key = ("segments", description.topic_id, str(partition))
-    segments = None if refresh else container.recall(key)
-    if segments is None:
+def _manifest_unavailable(error: ManifestError) -> ApiError:
+    return hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the tiered-storage manifest is unavailable; retry later", error)
+
+
+def _remote_log(container: runtime.Container, description: TopicDescription, partition: int, *,
+                refresh: bool = False) -> RemoteLog:
+    key = ("remote-log", description.topic_id, str(partition))
+    remote = None if refresh else container.recall(key)
+    if remote is None:
         try:
-            segments = container.manifest.list_segments(description.topic_id, partition)
+            remote = container.manifest.remote_log(description.topic_id, partition)
         except ManifestError as error:
-            raise hidden(HTTPStatus.SERVICE_UNAVAILABLE, "the tiered-storage manifest is unavailable; retry later",
-                         error) from error
-        container.remember(key, segments, _SEGMENTS_TTL_S)
-    return segments
+            raise _manifest_unavailable(error) from error
+        container.remember(key, remote, _SEGMENTS_TTL_S)
+    return remote
+
+
+def _log_start_now(container: runtime.Container, description: TopicDescription, partition: int) -> int:
+    """The manifest's log start as it is now (DeleteRecords may have moved it since the list was cached)."""
+    try:
+        head = container.manifest.partition_head(description.topic_id, partition)
+    except ManifestError as error:
+        raise _manifest_unavailable(error) from error
+    return 0 if head is None else head.log_start_offset
 
 
 def _segment_holding(segments: list[RemoteSegment], offset: int) -> RemoteSegment | None:
@@ -253,8 +270,12 @@ def _from_s3(container: runtime.Container, description: TopicDescription, partit
 
     ``refresh`` reads the manifest afresh instead of trusting the cached segment list."""
     for fresh in (refresh, True):
-        segments = _remote_segments(container, description, partition, refresh=fresh)
-        segment = _segment_holding(segments, offset)
+        remote = _remote_log(container, description, partition, refresh=fresh)
+        segment = _segment_holding(remote.readable, offset)
+        if segment is None and offset >= remote.log_start_offset:
+            return None
+        if offset < max(remote.log_start_offset, _log_start_now(container, description, partition)):
+            raise _out_of_range(container, description.name, partition, offset)
         if segment is None:
             return None
         try:

@@ -16,8 +16,9 @@ segments of its predecessor):
   ``tiered_storage.layout``), ``created_at_ms``, ``updated_at_ms`` and, once DELETE_FINISHED,
   ``expires_at`` (a DynamoDB TTL that reclaims the tombstone; nothing depends on it firing).
 - **One head item per partition**, range key ``"head"``: ``end_offset`` (the largest end offset
-  ever committed COPY_FINISHED, -1 before the first) and ``leader_epoch`` (the largest leader epoch
-  that committed a segment).
+  ever committed COPY_FINISHED, -1 before the first), ``leader_epoch`` (the largest leader epoch
+  that committed a segment) and ``log_start_offset`` (absent until a DeleteRecords moved it: the
+  partition's log start, below which no reader may return a record; it only ever grows).
 
 Life of a segment row (KIP-405's states)::
 
@@ -37,6 +38,11 @@ overlap**; sorted by base offset, each starts after the previous one ends (gaps 
 the local log had none of the data when tiering was enabled), and an uploader whose leadership was
 taken over by a higher epoch cannot commit. There is never a second COPY_FINISHED row for the same
 offsets: a retried or concurrent commit of the same offsets fails its head condition.
+
+DeleteRecords on a tiered partition moves the log start here first (`advance_log_start`), so every
+reader (the brokers, the Lambda front ends, Spark) sees it, and then on the leader's disk. Readers
+take `RemoteLog.readable` segments and start no earlier than ``log_start_offset``; remote retention
+deletes the segments wholly below it (`RemoteLog.below_log_start`) like any it condemns.
 
 Thread-safety: a ManifestStore holds no mutable state of its own and may be shared by threads. It
 is synchronous (pynamodb): the broker calls it through ``asyncio.to_thread``, never on the event
@@ -168,10 +174,37 @@ class RemoteSegment:
 
 @dataclass(frozen=True, slots=True)
 class PartitionHead:
-    """The head item of a partition: how far its COPY_FINISHED segments reach, and who committed last."""
+    """The head item of a partition: how far its COPY_FINISHED segments reach, who committed last,
+    and the log start DeleteRecords set (0 when it never did)."""
 
     end_offset: int
     leader_epoch: int
+    log_start_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLog:
+    """A partition's remote log as readers see it: its COPY_FINISHED segments by base offset and its
+    log start (the head's ``log_start_offset``, 0 when DeleteRecords never moved it)."""
+
+    segments: tuple[RemoteSegment, ...]
+    log_start_offset: int
+
+    @property
+    def readable(self) -> list[RemoteSegment]:
+        """The segments holding an offset at or above the log start (the first may begin below it)."""
+        return [segment for segment in self.segments if segment.end_offset >= self.log_start_offset]
+
+    @property
+    def below_log_start(self) -> list[RemoteSegment]:
+        """The segments wholly below the log start, oldest first: nothing may read them; retention deletes them."""
+        return [segment for segment in self.segments if segment.end_offset < self.log_start_offset]
+
+    @property
+    def start_offset(self) -> int | None:
+        """The first offset a reader may get from S3 (None when no readable segment is left)."""
+        readable = self.readable
+        return max(readable[0].base_offset, self.log_start_offset) if readable else None
 
 
 class SegmentItem(Model):
@@ -200,6 +233,7 @@ class PartitionHeadItem(Model):
     segment_key = UnicodeAttribute(range_key=True)
     end_offset = NumberAttribute()
     leader_epoch = NumberAttribute()
+    log_start_offset = NumberAttribute(null=True)
 
 
 @dataclass(frozen=True)
@@ -489,7 +523,43 @@ class ManifestStore:
             )
         except self.models.head.DoesNotExist:
             return None
-        return PartitionHead(end_offset=int(item.end_offset), leader_epoch=int(item.leader_epoch))
+        return PartitionHead(end_offset=int(item.end_offset), leader_epoch=int(item.leader_epoch),
+                             log_start_offset=int(item.log_start_offset or 0))
+
+    @_errors_as_unavailable
+    def remote_log(self, topic_id: str, partition: int) -> RemoteLog:
+        """The partition's COPY_FINISHED segments and its log start (head first, so a log start read is
+        never newer than the segments: a segment deleted meanwhile is only missing, never wrongly readable)."""
+        head = self.partition_head(topic_id, partition)
+        segments = self.list_segments(topic_id, partition)
+        return RemoteLog(tuple(segments), 0 if head is None else head.log_start_offset)
+
+    @_errors_as_unavailable
+    def advance_log_start(self, topic_id: str, partition: int, offset: int) -> int:
+        """DeleteRecords: raise the partition's log start to ``offset`` unless it is already higher; return it.
+
+        A conditional update of the head item, so concurrent calls leave the largest offset; a head
+        created here gets end offset -1 and leader epoch -1, which any first commit passes.
+        """
+        if offset < 0:
+            raise ValueError(f"a log start cannot be negative ({offset})")
+        model = self.models.head
+        item = model(partition_key(topic_id, partition), HEAD_RANGE_KEY)
+        try:
+            item.update(
+                actions=[
+                    model.log_start_offset.set(offset),
+                    model.end_offset.set(model.end_offset | -1),
+                    model.leader_epoch.set(model.leader_epoch | -1),
+                ],
+                condition=model.log_start_offset.does_not_exist() | (model.log_start_offset < offset),
+            )
+        except UpdateError as err:
+            if not condition_failed(err):
+                raise
+            head = self.partition_head(topic_id, partition)
+            return offset if head is None else max(head.log_start_offset, offset)
+        return offset
 
     def _transact(self, build: Callable[[TransactWrite], None]) -> list[str | None] | None:
         return transact(

@@ -16,6 +16,11 @@ previous read stopped, so not even an index lookup is needed), and at the end of
 first range of the next segment is already on its way. Memory is bounded by ``max_windows``
 windows of ``(1 + readahead_chunks)`` chunks.
 
+The partition's log start in the manifest (moved by DeleteRecords, `advance_log_start`) bounds
+every read: an offset below it is out of range, ListOffsets never answers one, and segments wholly
+below it are not read. The leader that moved it forgets its cached copy at once; other brokers'
+copies are at most ``segments_ttl_s`` old.
+
 Thread-safety: a RemoteLogReader belongs to the broker's event loop; its coroutines may run
 concurrently. Manifest queries run in worker threads.
 """
@@ -45,7 +50,7 @@ from broker_core.records.header import (
 )
 from broker_core.server.remote_reads import RemoteStorageError
 from tiered_storage.indexes import CorruptIndexesObjectError, SegmentIndexes, decode_indexes
-from tiered_storage.manifest import ManifestError, ManifestStore, RemoteSegment
+from tiered_storage.manifest import ManifestError, ManifestStore, RemoteLog, RemoteSegment
 from tiered_storage.object_store import ObjectStoreError, SegmentObjectStore
 from tiered_storage.uploader import TieredPartition
 
@@ -57,7 +62,8 @@ _TIMESTAMP_SCAN_BYTES = 256 * 1024
 
 @dataclass
 class _PartitionSegments:
-    segments: list[RemoteSegment]
+    remote: RemoteLog
+    segments: list[RemoteSegment]  # the readable ones: holding offsets at or above the log start
     base_offsets: list[int]
     loaded_at: float
 
@@ -141,31 +147,51 @@ class RemoteLogReader:
         """Forget the cached segment list of ``partition`` (the manifest changed)."""
         self._segments.pop((partition.topic_id, partition.index), None)
 
-    async def remote_segments(
-        self, partition: TieredPartition, *, refresh: bool = False
-    ) -> list[RemoteSegment]:
-        """The partition's COPY_FINISHED segments by base offset (cached)."""
+    async def _cached(self, partition: TieredPartition, *, refresh: bool = False) -> _PartitionSegments:
         key = (partition.topic_id, partition.index)
         cached = self._segments.get(key)
         now = time.monotonic()
         if cached is None or refresh or now - cached.loaded_at > self.segments_ttl_s:
             try:
-                segments = await asyncio.to_thread(
-                    self.manifest.list_segments, partition.topic_id, partition.index
-                )
+                remote = await asyncio.to_thread(self.manifest.remote_log, partition.topic_id, partition.index)
             except ManifestError as err:
                 raise RemoteStorageError(f"manifest of {partition.topic}-{partition.index}: {err}") from err
-            cached = _PartitionSegments(segments, [s.base_offset for s in segments], now)
+            segments = remote.readable
+            cached = _PartitionSegments(remote, segments, [s.base_offset for s in segments], now)
             self._segments[key] = cached
-        return cached.segments
+        return cached
+
+    async def remote_log(self, partition: TieredPartition, *, refresh: bool = False) -> RemoteLog:
+        """The partition's COPY_FINISHED segments (all of them) and its manifest log start (cached)."""
+        return (await self._cached(partition, refresh=refresh)).remote
+
+    async def remote_segments(
+        self, partition: TieredPartition, *, refresh: bool = False
+    ) -> list[RemoteSegment]:
+        """The partition's readable COPY_FINISHED segments by base offset (cached): those holding an
+        offset at or above the log start."""
+        return (await self._cached(partition, refresh=refresh)).segments
 
     async def log_start_offset(self, partition: TieredPartition) -> int:
-        """The partition's log start: its oldest remote offset when older than the local log start."""
+        """The partition's log start: its oldest remote offset when older than the local log start,
+        and never below the log start DeleteRecords set in the manifest."""
         local_start = partition.log.log_start_offset
-        segments = await self.remote_segments(partition)
-        if segments and segments[0].base_offset < local_start:
-            return segments[0].base_offset
-        return local_start
+        cached = await self._cached(partition)
+        segments = cached.segments
+        start = segments[0].base_offset if segments and segments[0].base_offset < local_start else local_start
+        return max(start, cached.remote.log_start_offset)
+
+    async def advance_log_start(self, partition: TieredPartition, offset: int) -> int:
+        """DeleteRecords: raise the manifest's log start of ``partition`` to ``offset`` (never lower it);
+        return the manifest's log start. Raises RemoteStorageError when DynamoDB fails."""
+        try:
+            start = await asyncio.to_thread(
+                self.manifest.advance_log_start, partition.topic_id, partition.index, offset
+            )
+        except ManifestError as err:
+            raise RemoteStorageError(f"manifest of {partition.topic}-{partition.index}: {err}") from err
+        self.invalidate(partition)
+        return start
 
     async def _segment_for(self, partition: TieredPartition, offset: int) -> RemoteSegment | None:
         """The remote segment holding ``offset``, or the next one when ``offset`` falls in a gap
@@ -207,7 +233,8 @@ class RemoteLogReader:
         the local log, RemoteStorageError when S3 or the manifest fails.
         """
         for attempt in range(2):
-            segment = await self._segment_for(partition, offset)
+            below_start = offset < (await self._cached(partition)).remote.log_start_offset
+            segment = None if below_start else await self._segment_for(partition, offset)
             if segment is None or segment.base_offset >= partition.log.log_start_offset:
                 # Nothing remote holds the offset, and what follows it is local: below the log start.
                 start = await self.log_start_offset(partition)
@@ -413,11 +440,11 @@ class RemoteLogReader:
         after it below the local log start.
         """
         if timestamp == EARLIEST_TIMESTAMP:
-            segments = await self.remote_segments(partition)
-            if not segments or segments[0].base_offset >= partition.log.log_start_offset:
+            start = await self.log_start_offset(partition)
+            if start == partition.log.log_start_offset:
                 return None
-            first = segments[0]
-            return first.base_offset, -1, _epoch_in(first, first.base_offset)
+            segment = await self._segment_for(partition, start)
+            return start, -1, -1 if segment is None else _epoch_in(segment, start)
         if timestamp < 0:
             return None
         found = await self.offset_for_timestamp(partition, timestamp)
@@ -436,20 +463,25 @@ class RemoteLogReader:
         if the remote segments below the local log hold none (the local log is searched next).
         """
         local_start = partition.log.log_start_offset
+        log_start = (await self._cached(partition)).remote.log_start_offset
         try:
             for segment in await self.remote_segments(partition):
                 if segment.base_offset >= local_start:
                     break
                 if segment.max_timestamp_ms < timestamp_ms:
                     continue
-                found = await self._find_timestamp(segment, timestamp_ms)
+                found = await self._find_timestamp(segment, timestamp_ms, log_start)
                 if found is not None:
                     return found
         except ObjectStoreError as err:
             raise RemoteStorageError(str(err)) from err
         return None
 
-    async def _find_timestamp(self, segment: RemoteSegment, timestamp_ms: int) -> tuple[int, int] | None:
+    async def _find_timestamp(
+        self, segment: RemoteSegment, timestamp_ms: int, min_offset: int
+    ) -> tuple[int, int] | None:
+        """The first record of ``segment`` at or above ``min_offset`` (the log start) with a timestamp
+        >= ``timestamp_ms``."""
         indexes = await self._indexes_for(segment)
         position = indexes.position_for_timestamp(timestamp_ms)
         buffer = b""
@@ -464,18 +496,18 @@ class RemoteLogReader:
             header = _header_only(buffer, relative)
             if header is None:
                 raise RemoteStorageError(f"{segment.log_key}: bad batch header at byte {position}")
-            if header.max_timestamp >= timestamp_ms:
+            if header.max_timestamp >= timestamp_ms and header.last_offset >= min_offset:
                 if relative + header.size > len(buffer):
                     buffer = await self._get(segment, position, header.size)
                     buffer_start, relative = position, 0
                 if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-                    return header.base_offset, header.max_timestamp
+                    return max(header.base_offset, min_offset), header.max_timestamp
                 try:
                     batch = decode_batch(buffer, relative, verify_crc=False)
                 except RecordsError as err:
                     raise RemoteStorageError(f"{segment.log_key}: batch at {position}: {err}") from err
                 for record in batch.records:
-                    if record.timestamp >= timestamp_ms:
+                    if record.timestamp >= timestamp_ms and record.offset >= min_offset:
                         return record.offset, record.timestamp
             position += header.size
         return None

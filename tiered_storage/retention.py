@@ -5,7 +5,8 @@ as in KIP-405. ``local.retention.ms|bytes`` bound the local log, but a local seg
 once the manifest says it is in S3 (its last offset is at or below the remote end offset): a failed
 or slow upload never costs data. ``retention.ms|bytes`` bound the whole log, local plus remote, and
 are enforced on the remote tier by deleting the oldest remote segments through DELETE_STARTED ->
-DELETE_FINISHED (objects are deleted between the two). Kafka's values apply: -1 is unlimited and a
+DELETE_FINISHED (objects are deleted between the two). Whatever the limits, a remote segment wholly
+below the log start DeleteRecords set in the manifest is deleted the same way. Kafka's values apply: -1 is unlimited and a
 local limit of -2 means "the same as the total limit".
 
 The decisions are pure functions of the log, the manifest rows and the clock; `apply_local_retention`
@@ -93,17 +94,22 @@ def apply_local_retention(
 
 
 def remote_segments_to_delete(
-    remote: Sequence[RemoteSegment], local_only_bytes: int, limits: TieredRetention, now_ms: int
+    remote: Sequence[RemoteSegment], local_only_bytes: int, limits: TieredRetention, now_ms: int,
+    log_start_offset: int = 0,
 ) -> list[RemoteSegment]:
-    """The oldest remote segments that retention.ms or retention.bytes condemn, in deletion order.
+    """The oldest remote segments that the log start, retention.ms or retention.bytes condemn, in deletion order.
 
-    ``remote`` are the partition's COPY_FINISHED segments by base offset; ``local_only_bytes`` is
-    the size of the local data not yet in S3, which counts towards retention.bytes (the newest
-    data: it is never what goes first). A segment without timestamps ages from its upload time.
+    ``remote`` are the partition's COPY_FINISHED segments by base offset; every one wholly below
+    ``log_start_offset`` (DeleteRecords) goes, whatever the limits. ``local_only_bytes`` is the size
+    of the local data not yet in S3, which counts towards retention.bytes (the newest data: it is
+    never what goes first). A segment without timestamps ages from its upload time.
     """
+    condemned = [segment for segment in remote if segment.end_offset < log_start_offset]
+    remote = remote[len(condemned):]
+    if limits.retention_ms < 0 and limits.retention_bytes < 0:
+        return condemned
     total = sum(segment.size_bytes for segment in remote) + local_only_bytes
     excess = total - limits.retention_bytes if limits.retention_bytes >= 0 else -1
-    condemned = []
     for segment in remote:
         newest_ms = segment.max_timestamp_ms if segment.max_timestamp_ms >= 0 else segment.created_at_ms
         by_time = limits.retention_ms >= 0 and now_ms - newest_ms > limits.retention_ms

@@ -7,7 +7,10 @@ and default, 30 s) it visits each hosted replica of a topic with ``remote.storag
   that became ready, then remote retention (``retention.ms|bytes``) expires the oldest remote
   segments, then local retention (``local.retention.ms|bytes``) deletes local segments the
   manifest says are in S3;
-- on a follower, only local retention runs, against the remote end offset in the manifest.
+- on a follower, only local retention runs, against the remote end offset in the manifest;
+- on both, a local log start below the manifest's (DeleteRecords moved it while this replica was a
+  follower that had not fetched it yet, or was down) is moved up to it, and on the leader remote
+  retention deletes the segments wholly below it whatever ``retention.*`` say.
 
 At most ``remote.log.manager.copier.thread.pool.size`` partitions are visited at once, each with up
 to ``remote.log.upload.segments.in.flight`` segments being sent; a segment below
@@ -174,6 +177,7 @@ class TieringService:
 
     async def _visit(self, key: tuple[str, int], partition: TieredPartition, limits: TieredRetention) -> None:
         async with self._limiter:
+            log_start = None
             try:
                 if partition.is_leader:
                     remote_end = await self._lead(key, partition, limits)
@@ -183,6 +187,7 @@ class TieringService:
                         self.manifest.partition_head, partition.topic_id, partition.index
                     )
                     remote_end = -1 if head is None else head.end_offset
+                log_start = (await self.reader.remote_log(partition)).log_start_offset
             except _FAILURES as err:
                 log.warning("tiering of %s-%d: %s", partition.topic, partition.index, err)
                 uploader = self._uploaders.get(key)
@@ -191,6 +196,8 @@ class TieringService:
                 remote_end = uploader.remote_end_offset
             if self.context.replicas.partitions.get(key) is not partition:
                 return  # the replica was closed (reassigned or deleted) while we were away
+            if log_start is not None and log_start > partition.log.log_start_offset:
+                partition.log.delete_records_before(min(log_start, partition.log.log_end_offset))
             new_start = apply_local_retention(partition.log, remote_end, limits, wall_clock_ms())
             log.debug(
                 "%s-%d local log starts at %d, remote end %d",
@@ -220,11 +227,10 @@ class TieringService:
         return uploader.remote_end_offset
 
     async def _expire_remote(self, uploader: PartitionUploader, limits: TieredRetention) -> None:
-        if limits.retention_ms < 0 and limits.retention_bytes < 0:
-            return
         partition = uploader.partition
-        remote = await self.reader.remote_segments(partition, refresh=True)
+        remote = await self.reader.remote_log(partition, refresh=True)
         local_only = local_bytes_above(partition.log, uploader.remote_end_offset)
-        condemned = remote_segments_to_delete(remote, local_only, limits, wall_clock_ms())
+        condemned = remote_segments_to_delete(list(remote.segments), local_only, limits, wall_clock_ms(),
+                                              remote.log_start_offset)
         if condemned:
             await uploader.expire(condemned)

@@ -13,9 +13,14 @@ their next fetch (the replica fetcher calls the same method), so every replica c
 low watermark is the leader's new log start. Consumers fetching below it get OFFSET_OUT_OF_RANGE and
 reset as their auto.offset.reset says.
 
-Tiered topics (remote.storage.enable=true) are refused with POLICY_VIOLATION: their history in S3 has
-no log start of its own in the manifest yet, so moving only the local start would leave the deleted
-records readable from S3.
+On a tiered topic (remote.storage.enable=true) the records below the new log start may live only in
+S3, where the brokers, the HTTP front ends and Spark read them through the segment manifest. The
+leader first records the new log start in the manifest (`RemoteReads.advance_log_start`, a
+conditional write that never lowers it), then moves its local log start when the new one is above
+it. Every reader of the remote tier honours the manifest's log start (OFFSET_OUT_OF_RANGE below it,
+earliest = it), and the tiering service's remote retention deletes the segments wholly below it
+from S3 and the manifest. If the manifest cannot be written the answer is KAFKA_STORAGE_ERROR and
+nothing moved. The low watermark answered is the log start counting the remote tier.
 """
 
 from __future__ import annotations
@@ -34,10 +39,13 @@ from broker_core.settings import effective
 
 from .admin_describe import leader_replica
 from .authorization import allowed
+from .remote_reads import RemoteStorageError
 
 if TYPE_CHECKING:
     from .context import BrokerContext
     from .handlers import Handler
+    from .partition import Partition
+    from .remote_reads import RemoteReads
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +57,9 @@ NO_LOW_WATERMARK = -1
 class RecordDeletion:
     """The DeleteRecords API of one broker (see the module doc)."""
 
-    def __init__(self, context: BrokerContext) -> None:
+    def __init__(self, context: BrokerContext, remote_reads: RemoteReads | None = None) -> None:
         self.context = context
+        self.remote_reads = remote_reads
 
     def api_handlers(self) -> dict[int, Handler]:
         return {ApiKey.DELETE_RECORDS: self.delete_records}
@@ -62,7 +71,7 @@ class RecordDeletion:
             partitions = []
             for p in topic.partitions:
                 if may_delete:
-                    error, low_watermark = self._delete(request, topic.name, p.partition_index, p.offset)
+                    error, low_watermark = await self._delete(request, topic.name, p.partition_index, p.offset)
                 else:
                     error, low_watermark = ErrorCode.topic_authorization_failed, NO_LOW_WATERMARK
                 partitions.append({"partition_index": p.partition_index, "low_watermark": low_watermark,
@@ -70,12 +79,15 @@ class RecordDeletion:
             topics.append({"name": topic.name, "partitions": partitions})
         return respond(request, {"throttle_time": NO_THROTTLE, "topics": topics})
 
-    def _delete(self, request: Request, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+    async def _delete(self, request: Request, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
         partition = leader_replica(self.context, topic, index)
         if isinstance(partition, ErrorCode):
             return partition, NO_LOW_WATERMARK
-        if effective(self.context.image.topics[topic].configs, self.context.config, "remote.storage.enable") == "true":
-            log.info("refused DeleteRecords on tiered %s-%d from %s", topic, index, request.client_host)
+        tiered = effective(self.context.image.topics[topic].configs, self.context.config,
+                           "remote.storage.enable") == "true"
+        if tiered and self.remote_reads is None:
+            log.info("refused DeleteRecords on tiered %s-%d from %s: this broker does not tier", topic, index,
+                     request.client_host)
             return ErrorCode.policy_violation, NO_LOW_WATERMARK
         high_watermark = partition.high_watermark
         target = high_watermark if offset == HIGH_WATERMARK else offset
@@ -83,6 +95,8 @@ class RecordDeletion:
             log.info("refused DeleteRecords of %s-%d below %d (high watermark %d) from %s", topic, index, offset,
                      high_watermark, request.client_host)
             return ErrorCode.offset_out_of_range, NO_LOW_WATERMARK
+        if tiered and self.remote_reads is not None:
+            return await self._delete_tiered(request, partition, self.remote_reads, target)
         before = partition.log_start_offset
         try:
             low_watermark = partition.log.delete_records_before(target)
@@ -90,5 +104,31 @@ class RecordDeletion:
             return ErrorCode.offset_out_of_range, NO_LOW_WATERMARK
         if low_watermark > before:
             log.info("principal %s from %s deleted records of %s-%d below %d", request.principal,
+                     request.client_host, topic, index, low_watermark)
+        return ErrorCode.none, low_watermark
+
+    async def _delete_tiered(self, request: Request, partition: Partition, remote: RemoteReads,
+                             target: int) -> tuple[ErrorCode, int]:
+        """The manifest's log start first (what every reader of S3 honours), then the local one."""
+        topic, index = partition.topic, partition.index
+        try:
+            before = await remote.log_start_offset(partition)
+            log_start = await remote.advance_log_start(partition, target)
+        except RemoteStorageError as exc:
+            log.warning("DeleteRecords of %s-%d below %d: the manifest could not be written: %s", topic, index,
+                        target, exc)
+            return ErrorCode.kafka_storage_error, NO_LOW_WATERMARK
+        local = partition.log
+        # The replica may have been closed (reassigned away) while the manifest was written: then only
+        # the manifest moves, which is what every reader honours.
+        hosted = self.context.replicas.get(topic, index) is partition
+        if hosted and log_start > local.log_start_offset:
+            local.delete_records_before(min(log_start, local.log_end_offset))
+        try:
+            low_watermark = await remote.log_start_offset(partition)
+        except RemoteStorageError:
+            low_watermark = max(log_start, local.log_start_offset)
+        if low_watermark > before:
+            log.info("principal %s from %s deleted records of tiered %s-%d below %d", request.principal,
                      request.client_host, topic, index, low_watermark)
         return ErrorCode.none, low_watermark

@@ -75,7 +75,7 @@ def build_broker(config: BrokerConfig) -> Broker:
     apis = {**groups.api_handlers(), **transactions.api_handlers(),
             **guard_credential_apis(credentials.api_handlers(), broker.authorizer),
             **AclApis(broker, acls).api_handlers(), **ConfigApis(broker).api_handlers(),
-            **RecordDeletion(broker).api_handlers(), **ClusterDescriptions(broker).api_handlers(),
+            **RecordDeletion(broker, tiering.reader).api_handlers(), **ClusterDescriptions(broker).api_handlers(),
             **LeaderElections(broker).api_handlers(), **ReassignmentApis(broker).api_handlers(),
             **PartitionCreation(broker, quotas).api_handlers()}
     for api_key, handler in apis.items():

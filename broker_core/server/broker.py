@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from broker_core.log.checkpoint import write_offset_checkpoint
+from broker_core.log.log_directories import remove_directory
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, FencedControllerError, MetadataError
 from broker_core.metadata.image import MetadataImage
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 ISR_CHECK_INTERVAL_S = 0.25
 # Requests naming topics this broker has not heard of share one version check per this interval.
 CATCH_UP_INTERVAL_S = 0.1
+# How often the broker looks for -delete directories whose file.delete.delay.ms has passed.
+LOG_DELETION_CHECK_INTERVAL_S = 1.0
 NO_CONTROLLER_EPOCH = -1
 
 
@@ -165,6 +168,9 @@ class Broker:
         # (librdkafka waits minutes before asking again when it was told there is none).
         await self._controller_duty()
         await self.refresh_metadata()
+        # Only now, with a whole image applied, is it known which directories hold logs this broker
+        # no longer hosts: they go before anything could serve them (Kafka's stray-log check).
+        self.replicas.remove_stray_logs(self.image)
         for service in parts.services:
             await service.start()
         heartbeat_s = self.config.get_int("broker.heartbeat.interval.ms") / 1000
@@ -180,6 +186,7 @@ class Broker:
             asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, parts.isr.run_once), name="isr"),
             asyncio.create_task(self._every(self.config.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000,
                                             self._checkpoint_high_watermarks), name="hw-checkpoint"),
+            asyncio.create_task(self._every(LOG_DELETION_CHECK_INTERVAL_S, self._delete_logs), name="delete-logs"),
         ]
 
     async def stop(self, *, controlled: bool = True) -> None:
@@ -454,6 +461,12 @@ class Broker:
         await asyncio.to_thread(_write_checkpoints, [checkpoint for _, checkpoint in due])
         for partition, (_, high_watermark) in due:
             partition.high_watermark_checkpointed(high_watermark)
+
+    async def _delete_logs(self) -> None:
+        """Remove the ``-delete`` directories of logs that left this broker, once file.delete.delay.ms passed."""
+        for directory in self.replicas.deletions.due():
+            await asyncio.to_thread(remove_directory, directory)
+            log.info("removed %s", directory)
 
     async def _enforce_retention(self) -> None:
         for partition in list(self.replicas.partitions.values()):

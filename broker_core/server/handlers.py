@@ -629,7 +629,14 @@ class RequestHandlers:
             remote = self.remote_reads if replica_id < 0 else None
             if remote is not None and remote.is_tiered(name):
                 try:
-                    response["log_start_offset"] = await remote.log_start_offset(partition)
+                    log_start = response["log_start_offset"] = await remote.log_start_offset(partition)
+                    if p.fetch_offset < log_start:
+                        # Below the log start DeleteRecords set, even where this replica's disk or S3
+                        # still holds the records (a local log start not yet moved up, segments not yet
+                        # deleted by remote retention).
+                        raise OffsetOutOfRangeError(topic=name, partition=p.partition, offset=p.fetch_offset,
+                                                    log_start_offset=log_start,
+                                                    log_end_offset=partition.log_end_offset)
                     if p.fetch_offset < partition.log_start_offset:
                         if limit > 0 or total == 0:
                             data = await remote.read(partition, p.fetch_offset, max(limit, 0),

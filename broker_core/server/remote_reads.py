@@ -1,4 +1,4 @@
-"""What the Fetch and ListOffsets handlers need of tiered storage, as a protocol.
+"""What the Fetch, ListOffsets and DeleteRecords handlers need of tiered storage, as a protocol.
 
 The broker's request path reads history that lives only in S3 through this interface; the tiering
 service (`tiered_storage.service`) provides the implementation and the broker's assembly hands it
@@ -28,7 +28,12 @@ class RemoteReads(Protocol):
         ...
 
     async def log_start_offset(self, partition: Partition) -> int:
-        """The partition's log start counting the remote tier."""
+        """The partition's log start counting the remote tier and the log start DeleteRecords set."""
+        ...
+
+    async def advance_log_start(self, partition: Partition, offset: int) -> int:
+        """DeleteRecords: raise the log start every reader of the remote tier honours to ``offset``
+        (never lower it); return that log start. RemoteStorageError if it could not be recorded."""
         ...
 
     async def read(self, partition: Partition, offset: int, max_bytes: int, *, min_one_batch: bool) -> bytes:

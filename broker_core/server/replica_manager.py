@@ -5,15 +5,19 @@ partitions newly assigned here, switches roles on leader changes, and closes and
 replicas of deleted topics and those reassigned to other brokers; given the partitions a metadata
 delta changed, it looks at those only. It runs on the event loop; opening a log (recovery) is quick
 enough for the partition counts a broker hosts here, and happens only when assignments change.
+
+A log that leaves (its replica closed for good, or a stray directory found at startup by
+`remove_stray_logs`) is renamed to a ``-delete`` directory at once and removed after
+``file.delete.delay.ms`` by the broker (`broker_core.log.log_directories`), as Kafka does.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Collection
 from pathlib import Path
 
+from broker_core.log.log_directories import LogDeletions, stray_partition_directories
 from broker_core.metadata.image import MetadataImage
 from broker_core.settings import effective
 
@@ -35,6 +39,8 @@ class ReplicaManager:
         self.config = config
         self.data_dir = Path(config.data_dir)
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # The broker default (log.segment.delete.delay.ms), as Kafka's LogManager times log deletions.
+        self.deletions = LogDeletions(config.log_config().file_delete_delay_ms)
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -96,7 +102,35 @@ class ReplicaManager:
         partition.close()
         if delete:
             log.info("removing replica %s-%d (topic deleted or replica reassigned away)", *key)
-            shutil.rmtree(partition.log.directory, ignore_errors=True)
+            self.deletions.schedule(partition.log.directory)
+
+    def remove_stray_logs(self, image: MetadataImage) -> list[Path]:
+        """At startup, after the first `apply` of a complete image: rename for deletion every partition
+        directory that ``image`` does not assign to this broker (a topic deleted, or the replica
+        reassigned away, while the broker was down), and schedule the removal of ``-delete`` directories
+        an earlier run left. Returns the stray directories' new paths."""
+        me = self.config.broker_id
+
+        def assigned_here(key: tuple[str, int]) -> bool:
+            state = image.partitions.get(key)
+            return state is not None and me in state.replicas
+
+        self.deletions.adopt_leftovers(self.data_dir)
+        stray = stray_partition_directories(self.data_dir, self.partitions.keys(), assigned_here)
+        if stray and not image.topics:
+            # No topic at all: more likely a wrong table prefix than a cluster whose every topic went.
+            # Kept directories are never served, and a re-created topic discards them by its topic id.
+            log.warning("the metadata describes no topic: keeping %d partition directories not assigned to "
+                        "broker %d (check the table prefix)", len(stray), me)
+            return []
+        renamed = []
+        for directory in stray:
+            log.warning("stray log %s: partition not assigned to broker %d (topic deleted or replica "
+                        "reassigned away while it was down); deleting it", directory.name, me)
+            moved = self.deletions.schedule(directory)
+            if moved is not None:
+                renamed.append(moved)
+        return renamed
 
     def close(self) -> None:
         for partition in self.partitions.values():

@@ -1,6 +1,7 @@
 """DeleteRecords driven by kafka-python's and confluent-kafka's admin clients against two real brokers:
-the log start moves on the leader and on the follower, consumers from earliest start there, and an
-offset past the high watermark or a tiered topic is refused with nothing moved."""
+the log start moves on the leader and on the follower, consumers from earliest start there, an offset
+past the high watermark is refused with nothing moved, and a tiered topic's log start moves in the
+segment manifest too (reads from S3 below it: tests/functions/test_fetch.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from broker_core.local_stack import LocalStack
 from broker_core.log.checkpoint import LOG_START_OFFSET_FILE, read_offset_checkpoint
+from broker_core.metadata.store import MetadataStore
 from tests.support.waiting import wait_until
+from tiered_storage.manifest import ManifestStore
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.faults]  # about 30 s: in `make faults`, outside CI's 20-minute budget
 BROKERS = 2
@@ -83,12 +86,14 @@ def test_an_offset_past_the_high_watermark_is_out_of_range_and_nothing_moves(
     assert earliest_offsets(stack, "kept") == [0, 1, 2, 3, 4]
 
 
-def test_a_tiered_topic_is_refused_with_policy_violation(stack: LocalStack, kp_admin: KafkaAdminClient,
-                                                         cf_admin: AdminClient) -> None:
-    kp_admin.create_topics([NewTopic("tiered-kept", 1, 2, topic_configs={"remote.storage.enable": "true"})])
-    produce(stack, "tiered-kept", 3)
-    result = cf_admin.delete_records([TopicPartition("tiered-kept", 0, 2)])
-    with pytest.raises(KafkaException) as caught:
-        next(iter(result.values())).result(timeout=30)
-    assert caught.value.args[0].code() == KafkaError.POLICY_VIOLATION
-    assert earliest_offsets(stack, "tiered-kept") == [0, 1, 2]
+def test_a_tiered_topic_moves_its_log_start_in_the_manifest_and_on_disk(
+        stack: LocalStack, kp_admin: KafkaAdminClient, cf_admin: AdminClient) -> None:
+    kp_admin.create_topics([NewTopic("tiered-trimmed", 1, 2, topic_configs={"remote.storage.enable": "true"})])
+    produce(stack, "tiered-trimmed", 3)
+    result = cf_admin.delete_records([TopicPartition("tiered-trimmed", 0, 2)])
+    assert next(iter(result.values())).result(timeout=30).low_watermark == 2
+    assert earliest_offsets(stack, "tiered-trimmed") == [2]
+    topic_id = MetadataStore(stack.aws).get_topic("tiered-trimmed").topic_id
+    assert ManifestStore(stack.aws).remote_log(topic_id, 0).log_start_offset == 2
+    wait_until(lambda: log_starts(stack, "tiered-trimmed") == [2, 2], "both replicas checkpoint log start 2",
+               timeout_s=30, interval_s=0.5)

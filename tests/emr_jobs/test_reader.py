@@ -17,6 +17,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from broker_core.aws import AwsSettings
 from broker_core.metadata.errors import UnknownTopicError
+from broker_core.metadata.store import MetadataStore
 from broker_core.records import Compression
 from broker_core.records.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from emr_jobs import FloeDataSource, FloeReader
@@ -42,6 +43,7 @@ from tests.emr_jobs.tiered_log import (
 )
 from tests.support.bombs import log_holding_a_bomb
 from tests.support.transactions import log_with_transactions
+from tiered_storage.manifest import ManifestStore
 
 SEGMENT_BYTES = 6000
 
@@ -241,3 +243,29 @@ def test_read_committed_leaves_out_aborted_transactions_and_read_uncommitted_kee
     assert [offset for offset, *_ in everything[0]] == [0, 1, 3, 4, 6]
     with pytest.raises(InvalidOptionError, match="isolationLevel"):
         reader(cluster, isolationLevel="serializable")
+
+
+@pytest.mark.faults  # its fixture tiers two partitions into moto, several seconds: in `make faults`, outside CI's 20-minute budget
+def test_reads_start_at_the_log_start_delete_records_set_and_skip_the_segments_below_it(tiered) -> None:
+    settings, logs = tiered
+    topic_id = MetadataStore(settings).get_topic("events").topic_id
+    first, second = logs[0].segments[0], logs[0].segments[1]
+    log_start = second.base_offset + 5  # inside the second segment, not on a batch boundary
+    ManifestStore(settings).advance_log_start(topic_id, 0, log_start)
+
+    reads = [r for r in reader(settings).partitions() if r.partition == 0]
+    assert not any(f"/{first.base_offset:020d}-" in r.log_key for r in reads)
+    rows = read_all(reader(settings))
+    assert rows[0] == [row for row in reference(logs, 0) if row[0] >= log_start]
+    assert rows[1] == reference(logs, 1)
+
+    # A timestamp that records below the log start reach resolves to a record at or above it.
+    timestamp = BASE_TIMESTAMP_MS + 10 * (log_start - 20)
+    after_start = [row for row in reference(logs, 0) if row[0] >= log_start]
+    rows = read_all(reader(settings, startingTimestamp=str(timestamp)))
+    assert rows[0] == [row for row in after_start if row[0] >= _first_offset_reaching(after_start, timestamp)]
+    assert rows[0][0][0] >= log_start
+
+    with pytest.raises(OffsetNotTieredError) as raised:
+        reader(settings, startingOffsets=json.dumps({"events": {"0": log_start - 1}})).partitions()
+    assert raised.value.earliest == log_start

@@ -22,11 +22,13 @@ from pyspark.sql import SparkSession
 
 from broker_core.client import FloeClient
 from broker_core.local_stack import STACK_FILE, LocalStack
+from emr_jobs import FloeReader
+from emr_jobs.options import parse_options
 from emr_jobs.remote import s3_client
 from tests.emr_jobs.test_tail_reads import create_tiered_topic, produce, tiered_end
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
-from tiered_storage.manifest import ManifestStore
+from tiered_storage.manifest import ManifestStore, SegmentState
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]  # Spark streams over deleted data, about 30 s: in `make faults`, outside CI's 20-minute budget
 
@@ -94,3 +96,29 @@ def test_a_segment_missing_from_s3_fails_the_stream_or_is_skipped_as_failondatal
     lenient = stream_values(spark, stack, "holed", tmp_path / "lenient", startingOffsets="earliest",
                             failOnDataLoss="false")
     assert sorted(lenient) == sorted(values[first.end_offset + 1:])
+
+
+def test_a_tiered_topic_trimmed_by_delete_records_is_read_from_its_new_log_start(
+    spark: SparkSession, stack: LocalStack, tmp_path: Path
+) -> None:
+    topic_id = create_tiered_topic(stack, "tiered-trimmed", 1)
+    values = [f"trimmed-{n}-".encode() * 8 for n in range(400)]
+    produce(stack, "tiered-trimmed", values, 1)
+    wait_until(lambda: len(ManifestStore(stack.aws).list_segments(topic_id, 0)) >= 3, "three tiered segments", WAIT_S)
+    second = ManifestStore(stack.aws).list_segments(topic_id, 0)[1]
+    log_start = second.base_offset + 5  # inside the second segment, whose first records are still in S3
+
+    async def trim() -> int:
+        async with FloeClient(stack.bootstrap_servers) as client:
+            return await client.delete_records("tiered-trimmed", 0, log_start)
+
+    assert asyncio.run(trim()) == log_start
+    streamed = stream_values(spark, stack, "tiered-trimmed", tmp_path / "stream", startingOffsets="earliest")
+    assert streamed == values[log_start:]
+    # The batch source's planning and reads, run in this process (what Spark's workers would run).
+    floe = FloeReader(parse_options({"topic": "tiered-trimmed", "stack": str(stack.directory / STACK_FILE)}, {}))
+    planned = floe.partitions()
+    assert not any(f"/{ManifestStore(stack.aws).list_segments(topic_id, 0, list(SegmentState))[0].base_offset:020d}-"
+                   in getattr(read, "log_key", "") for read in planned)
+    rows = [row for read in planned for batch in floe.read(read) for row in batch.to_pylist()]
+    assert [row["value"] for row in sorted(rows, key=lambda row: row["offset"])] == values[log_start:]

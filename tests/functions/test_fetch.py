@@ -7,6 +7,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import boto3
+import pytest
+from botocore.exceptions import ClientError as BotoClientError
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
+from kafka.admin import KafkaAdminClient
+
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
 from broker_core.records import Compression
@@ -16,6 +23,7 @@ from tests.functions.conftest import HTTP_STACK_OVERRIDES
 from tests.functions.http_api import HttpApi
 from tests.support.bombs import log_holding_a_bomb
 from tests.support.waiting import wait_until
+from tiered_storage.manifest import ManifestStore
 
 TIERED_CONFIGS = {"remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.bytes": "0"}
 
@@ -199,3 +207,50 @@ def test_a_decompression_bomb_in_s3_gets_502_naming_the_offset_but_not_the_objec
     before = api.get(f"/v1/topics/{topic}/partitions/0/records?offset=0&max_bytes=1&format=string")
     assert before.status == 200
     assert [r["value"]["data"] for r in before.body["records"]] == ["before"]
+
+
+@pytest.mark.faults  # about 10 s (uploads, a DeleteRecords, remote retention): in `make faults`
+def test_delete_records_on_a_tiered_topic_hides_the_records_from_every_reader_and_s3_loses_them(
+        http_stack: LocalStack, api: HttpApi, make_topic: Callable[..., str]) -> None:
+    topic = make_topic(partitions=1, configs={**TIERED_CONFIGS, "retention.ms": "-1"})
+    values = [f"record-{n:04d}-" + "x" * 100 for n in range(200)]
+    for start in range(0, 200, 20):
+        produce(api, topic, values[start:start + 20])
+    wait_for_s3(api, topic, 120)  # most of the partition is only in S3 now
+    topic_id = MetadataStore(http_stack.aws).get_topic(topic).topic_id
+    manifest = ManifestStore(http_stack.aws)
+    rows = manifest.list_segments(topic_id, 0)
+    log_start = rows[1].base_offset + 7  # inside the second segment
+
+    admin = KafkaAdminClient(bootstrap_servers=http_stack.bootstrap_servers)
+    try:
+        result = admin.delete_records({KpTopicPartition(topic, 0): log_start})
+    finally:
+        admin.close()
+    assert result[KpTopicPartition(topic, 0)]["low_watermark"] == log_start
+
+    # HTTP: 416 below the log start (straight away, though S3 still holds the records), records from it on.
+    below = api.get(f"/v1/topics/{topic}/partitions/0/records?offset=0&format=string")
+    assert below.status == 416, below.body
+    assert below.body["log_start_offset"] == log_start
+    at_start = wait_for_s3(api, topic, log_start)
+    assert at_start["records"][0]["offset"] == log_start
+    # Broker: earliest is the log start, and a fetch below it is out of range (the consumer resets).
+    consumer = KafkaConsumer(bootstrap_servers=http_stack.bootstrap_servers, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=5000)
+    try:
+        partition = KpTopicPartition(topic, 0)
+        consumer.assign([partition])
+        assert consumer.beginning_offsets([partition])[partition] == log_start
+        consumer.seek(partition, 3)
+        first = next(iter(consumer))
+        assert (first.offset, first.value.decode()) == (log_start, values[log_start])
+    finally:
+        consumer.close()
+    # Remote retention deletes the segment wholly below the log start from the manifest and S3.
+    wait_until(lambda: manifest.list_segments(topic_id, 0)[0].base_offset == rows[1].base_offset,
+               "the first segment leaves the manifest", timeout_s=30, interval_s=0.3)
+    s3 = boto3.client("s3", **http_stack.aws.boto3_kwargs())
+    with pytest.raises(BotoClientError):
+        s3.head_object(Bucket=http_stack.aws.bucket, Key=rows[0].log_key)
+    s3.head_object(Bucket=http_stack.aws.bucket, Key=rows[1].log_key)

@@ -157,3 +157,40 @@ def test_list_offsets_find_the_remote_log_start_and_remote_timestamps(
     assert found == {o: (expected[o][0], expected[o][1], 0) for o in probes}
     assert all(expected[o][0] == o for o in probes)
     assert beyond is None
+
+
+@pytest.mark.faults  # uploads and reads against moto, a few seconds: in `make faults`
+def test_the_log_start_delete_records_set_bounds_remote_reads_and_list_offsets(
+    tiered: LeaderPartition, manifest: ManifestStore, aws_settings: AwsSettings, bucket: str
+) -> None:
+    log = tiered.log
+    remote_end = log.segments[-2].next_offset
+    log_start = log.segments[1].base_offset + 3
+    expected_first = log.read_bytes(log_start, 1 << 20)
+
+    async def work(reader: RemoteLogReader) -> dict[str, object]:
+        apply_local_retention(log, remote_end - 1, LOCAL_RETENTION_ZERO, now_ms=2**62)
+        before = await reader.log_start_offset(tiered)
+        moved = await reader.advance_log_start(tiered, log_start)
+        lower = await reader.advance_log_start(tiered, 1)
+        with pytest.raises(OffsetOutOfRangeError) as raised:
+            await reader.read(tiered, 0, 1 << 20, min_one_batch=True)
+        return {
+            "before": before,
+            "moved": (moved, lower),
+            "out of range": raised.value.log_start_offset,
+            "at start": await reader.read(tiered, log_start, 1 << 20, min_one_batch=True),
+            "log start": await reader.log_start_offset(tiered),
+            "earliest": await reader.list_offset(tiered, -2),
+            # offset 0's timestamp: the first record at or after it that is still readable is the log start.
+            "by time": await reader.list_offset(tiered, BASE_TIMESTAMP_MS),
+        }
+
+    got = with_reader(tiered, manifest, aws_settings, work)
+    assert got["before"] == 0
+    assert got["moved"] == (log_start, log_start)
+    assert got["out of range"] == log_start
+    assert got["at start"] == expected_first
+    assert got["log start"] == log_start
+    assert got["earliest"] == (log_start, -1, 0)
+    assert got["by time"] == (log_start, BASE_TIMESTAMP_MS + 10 * log_start, 0)

@@ -143,3 +143,34 @@ def test_impossible_segments_are_rejected_before_writing(manifest: ManifestStore
     with pytest.raises(InvalidSegmentError):
         start(manifest, 10, 9)
     assert manifest.list_segments(TOPIC_ID, 0, list(SegmentState)) == []
+
+
+
+def test_the_log_start_only_moves_up_readers_see_only_segments_reaching_it_and_commits_go_on(
+    manifest: ManifestStore,
+) -> None:
+    topic_id = str(uuid.uuid4())
+
+    def commit(base: int, end: int, leader_epoch: int = 0) -> None:
+        row = manifest.start_copy(topic="events", topic_id=topic_id, partition=0, segment_id=new_segment_id(),
+                                  base_offset=base, end_offset=end, max_timestamp_ms=end, size_bytes=1000,
+                                  leader_epoch=leader_epoch, epoch_entries=[(leader_epoch, base)])
+        manifest.finish_copy(row)
+
+    # Set before any upload (DeleteRecords of records still only on disk): the first commit passes.
+    assert manifest.advance_log_start(topic_id, 0, 40) == 40
+    assert manifest.partition_head(topic_id, 0).end_offset == -1
+    for base, end in ((0, 99), (100, 199), (200, 299)):
+        commit(base, end, leader_epoch=3)
+    assert manifest.remote_log(topic_id, 0).start_offset == 40
+    assert manifest.advance_log_start(topic_id, 0, 150) == 150
+    assert manifest.advance_log_start(topic_id, 0, 120) == 150  # lower: nothing moves
+    remote = manifest.remote_log(topic_id, 0)
+    assert remote.log_start_offset == 150
+    assert [s.base_offset for s in remote.readable] == [100, 200]
+    assert [s.base_offset for s in remote.below_log_start] == [0]
+    assert remote.start_offset == 150
+    head = manifest.partition_head(topic_id, 0)
+    assert (head.end_offset, head.leader_epoch, head.log_start_offset) == (299, 3, 150)
+    commit(300, 399, leader_epoch=3)  # the log start does not stand in the way of later commits
+    assert manifest.partition_head(topic_id, 0).log_start_offset == 150

@@ -102,6 +102,21 @@ def test_remote_retention_bytes_counts_the_local_data_not_yet_in_s3() -> None:
     assert [s.base_offset for s in condemned] == [0, 100, 200]
 
 
+def test_remote_segments_wholly_below_the_log_start_go_whatever_the_limits() -> None:
+    remote = [remote_segment(i * 100, i * 100 + 99, 1000, NOW_MS) for i in range(4)]
+    # DeleteRecords to 250: [0, 99] and [100, 199] go; [200, 299] still holds 250 and stays.
+    assert remote_segments_to_delete(remote, 0, limits(), NOW_MS, log_start_offset=250) == remote[:2]
+    assert remote_segments_to_delete(remote, 0, limits(), NOW_MS, log_start_offset=200) == remote[:2]
+    assert remote_segments_to_delete(remote, 0, limits(), NOW_MS) == []
+
+
+def test_retention_bytes_counts_only_what_the_log_start_leaves() -> None:
+    remote = [remote_segment(i * 100, i * 100 + 99, 1000, NOW_MS) for i in range(5)]
+    # 3000 bytes remain above the log start: exactly retention.bytes, so nothing more goes.
+    condemned = remote_segments_to_delete(remote, 0, limits(retention_bytes=3000), NOW_MS, log_start_offset=200)
+    assert [s.base_offset for s in condemned] == [0, 100]
+
+
 @pytest.mark.parametrize(
     ("topic_configs", "broker_overrides", "expected"),
     [

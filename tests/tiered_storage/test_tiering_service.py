@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 
 from broker_core.aws import AwsSettings
 from broker_core.log.partition_log import PartitionLog
@@ -123,6 +124,34 @@ def test_remote_retention_deletes_the_oldest_remote_segments_and_their_objects(
     listing = boto3.client("s3", **aws_settings.boto3_kwargs()).list_objects_v2(Bucket=bucket)
     keys = {obj["Key"] for obj in listing.get("Contents", [])}
     assert keys == {key for r in left for key in (r.log_key, r.indexes_key)}
+
+
+@pytest.mark.faults  # two tiering rounds against moto, several seconds: in `make faults`, outside CI's 20-minute budget
+def test_remote_segments_wholly_below_the_delete_records_log_start_go_from_s3_and_the_manifest(
+    aws_settings: AwsSettings, bucket: str, tmp_path: Path
+) -> None:
+    broker = stand_in_broker(aws_settings, tmp_path)
+    # Unlimited retention and local retention: only the log start can condemn anything.
+    configs = {"remote.storage.enable": "true", "retention.ms": "-1", "local.retention.ms": "-1"}
+    tiered = host(broker, tmp_path, "tiered", configs, leader=True)
+    one_round(broker)
+    manifest = ManifestStore(aws_settings)
+    rows = manifest.list_segments(tiered.topic_id, 0)
+    assert len(rows) >= 3 and tiered.log.log_start_offset == 0
+    log_start = rows[2].base_offset + 3  # inside the third segment: it stays
+    manifest.advance_log_start(tiered.topic_id, 0, log_start)
+
+    one_round(broker)
+
+    left = manifest.list_segments(tiered.topic_id, 0)
+    assert left == rows[2:]
+    gone = [r for r in manifest.list_segments(tiered.topic_id, 0, list(SegmentState)) if r not in left]
+    assert {r.state for r in gone} == {SegmentState.DELETE_FINISHED} and len(gone) == 2
+    listing = boto3.client("s3", **aws_settings.boto3_kwargs()).list_objects_v2(Bucket=bucket)
+    keys = {obj["Key"] for obj in listing.get("Contents", [])}
+    assert keys == {key for r in left for key in (r.log_key, r.indexes_key)}
+    # The local log follows the manifest's log start too (a replica that missed the DeleteRecords).
+    assert tiered.log.log_start_offset == log_start
 
 
 def test_a_follower_deletes_locally_only_what_the_leader_tiered(

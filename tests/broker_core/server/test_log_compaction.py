@@ -20,7 +20,10 @@ from kafka.errors import InvalidConfigurationError, InvalidRecordError
 
 from broker_core.local_stack import LocalStack
 from broker_core.log import LogConfig, PartitionLog
+from broker_core.log.checkpoint import read_offset_checkpoint
 from broker_core.log.cleaner import CLEANER_CHECKPOINT_FILE
+from broker_core.log.errors import CorruptCheckpointError
+from broker_core.log.segment import LOG_SUFFIX
 from broker_core.records import iter_batches
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
@@ -81,11 +84,27 @@ def replica_directories(stack: LocalStack) -> list[Path]:
     return [process.data_dir / f"{TOPIC}-0" for process in stack.processes.values()]
 
 
+def cleaned_up_to_the_active_segment(directory: Path) -> bool:
+    """Whether the replica's cleaner checkpoint reached its active segment: every sealed segment has been
+    cleaned since the last record was produced (the producer is done before the tests run, so nothing
+    rolls any more). A first pass that ran while the producer was still writing is not enough."""
+    try:
+        checkpoint = read_offset_checkpoint(directory / CLEANER_CHECKPOINT_FILE)
+    except (CorruptCheckpointError, OSError):
+        return False  # being replaced right now: look again
+    bases = [int(path.name.removesuffix(LOG_SUFFIX)) for path in directory.glob("*" + LOG_SUFFIX)]
+    return checkpoint is not None and bool(bases) and checkpoint >= max(bases)
+
+
+def wait_until_every_replica_cleaned_everything(stack: LocalStack) -> None:
+    wait_until(lambda: all(cleaned_up_to_the_active_segment(d) for d in replica_directories(stack)),
+               "every replica cleaned every sealed segment", timeout_s=60)
+
+
 def test_every_replica_cleans_and_a_consumer_reads_each_keys_latest_value(
     stack: LocalStack, produced: dict[bytes, bytes]
 ) -> None:
-    wait_until(lambda: all((d / CLEANER_CHECKPOINT_FILE).exists() for d in replica_directories(stack)),
-               "every replica cleaned its log at least once", timeout_s=60)
+    wait_until_every_replica_cleaned_everything(stack)
     records = consume_all(stack)
     assert {key: value for _, key, value in records} == produced
     offsets = [offset for offset, _, _ in records]
@@ -121,8 +140,7 @@ def test_a_tiered_compacted_topic_is_refused_with_invalid_config(stack: LocalSta
 def test_after_stopping_every_replica_holds_the_same_key_to_latest_value_map(
     stack: LocalStack, produced: dict[bytes, bytes]
 ) -> None:
-    wait_until(lambda: all((d / CLEANER_CHECKPOINT_FILE).exists() for d in replica_directories(stack)),
-               "every replica cleaned its log at least once", timeout_s=60)
+    wait_until_every_replica_cleaned_everything(stack)
     directories = replica_directories(stack)
     stack.stop(save_state=False)
     maps = []
