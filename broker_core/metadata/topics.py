@@ -514,15 +514,15 @@ class TopicCatalog(BrokerRegistry):
             if controller_epoch is not None:
                 self.add_controller_check(transaction, controller_epoch)
             for state, expected in chunk:
-                transaction.update(partition(state.topic_id, state.partition), actions=[
-                    partition.replicas.set(list(state.replicas)),
-                    partition.leader.set(state.leader),
-                    partition.leader_epoch.set(state.leader_epoch),
-                    partition.isr.set(list(state.isr)),
-                    partition.partition_epoch.set(expected + 1),
-                    partition.adding_replicas.set(list(state.adding_replicas)),
-                    partition.removing_replicas.set(list(state.removing_replicas)),
-                ], condition=partition.partition_epoch == expected)
+                # A whole-item Put (every attribute of a partition is in its state) rather than an
+                # UpdateItem of seven SET actions: the same write for DynamoDB, and a third of the
+                # work for moto, which parses and validates each update expression per item.
+                transaction.save(partition(
+                    state.topic_id, state.partition, topic=state.topic, replicas=list(state.replicas),
+                    leader=state.leader, leader_epoch=state.leader_epoch, partition_epoch=expected + 1,
+                    isr=list(state.isr), adding_replicas=list(state.adding_replicas),
+                    removing_replicas=list(state.removing_replicas),
+                ), condition=partition.partition_epoch == expected)
 
         return build
 

@@ -161,20 +161,27 @@ class Broker:
         self.broker_epoch = await asyncio.to_thread(self._register)
         log.info("broker %d registered with epoch %d, listening on %s:%d",
                  self.config.broker_id, self.broker_epoch, self.config.host, self.port)
+        heartbeat_s = self.config.get_int("broker.heartbeat.interval.ms") / 1000
+        # Heartbeats (and the lease renewal, once this broker holds the lease) start as soon as the
+        # broker is registered: reading the metadata, opening (recovering) every hosted replica and
+        # starting the services can outlast a session timeout at a thousand partitions, and a
+        # broker silent that long is fenced by the controller (and a lease holder loses the lease)
+        # before it serves a request.
+        self._tasks = [
+            asyncio.create_task(self._every(heartbeat_s, self._heartbeat), name="heartbeat"),
+            asyncio.create_task(self._every(heartbeat_s, self._renew_controller_lease), name="controller-lease"),
+        ]
         # Try for the controller role before serving, so the first Metadata answer names a controller
         # (librdkafka waits minutes before asking again when it was told there is none).
         await self._controller_duty()
         await self.refresh_metadata()
         for service in parts.services:
             await service.start()
-        heartbeat_s = self.config.get_int("broker.heartbeat.interval.ms") / 1000
-        self._tasks = [
-            asyncio.create_task(self._every(heartbeat_s, self._heartbeat), name="heartbeat"),
+        self._tasks += [
             asyncio.create_task(self._every(self.config.get_int("metadata.poll.interval.ms") / 1000, self._poll_metadata),
                                 name="metadata-poll"),
             asyncio.create_task(self._every(self.controller_check_interval_s(), self._controller_duty),
                                 name="controller"),
-            asyncio.create_task(self._every(heartbeat_s, self._renew_controller_lease), name="controller-lease"),
             asyncio.create_task(self._every(self.config.get_int("log.retention.check.interval.ms") / 1000,
                                             self._enforce_retention), name="retention"),
             asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, parts.isr.run_once), name="isr"),
@@ -348,10 +355,12 @@ class Broker:
                                                        asyncio.to_thread(self.lease.current),
                                                        *(follower.reload() for follower in self.parts.followers))
             image = MetadataImage.from_snapshot(snapshot, controller_id=lease.holder if lease else -1)
+            # Replicas new here are opened (their logs recovered) off the event loop: see ReplicaManager.
+            opened = await asyncio.to_thread(self.replicas.open_missing, image)
             self.image = image
             # floe.super.users.include.brokers: a broker registered since the last image is trusted now.
             self.authorizer.replace_broker_principals(b.principal for b in image.brokers.values())
-            self.replicas.apply(image)
+            self.replicas.apply(image, opened=opened)
             self.metrics.forget_topics_except(image.topics)
             await self.parts.fetchers.update()
 
@@ -366,8 +375,10 @@ class Broker:
         image = self.image.with_partitions(version, states)
         if image is None:
             return False
+        changed = {(s.topic, s.partition) for s in states}
+        opened = await asyncio.to_thread(self.replicas.open_missing, image, changed)
         self.image = image
-        self.replicas.apply(image, changed={(s.topic, s.partition) for s in states})
+        self.replicas.apply(image, changed=changed, opened=opened)
         await self.parts.fetchers.update()
         return True
 
@@ -411,7 +422,7 @@ class Broker:
         started = time.perf_counter()
         result = await asyncio.to_thread(self.controller.run_once)
         self._count_elections("broker_change", result.changed_partitions, started)
-        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch)
+        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch, self.controller.current_snapshot)
         for state in completed:
             log.info("reassignment of %s-%d completed: replicas %s, leader %d", state.topic, state.partition,
                      list(state.replicas), state.leader)

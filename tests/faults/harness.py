@@ -449,7 +449,7 @@ class FaultCluster:
     # what DynamoDB says --------------------------------------------------------------------------
 
     def partitions(self) -> tuple[PartitionState, ...]:
-        return self.store.snapshot().partitions[TOPIC]
+        return tuple(self.store.get_partitions(TOPIC))
 
     def partition(self, index: int) -> PartitionState:
         return self.store.get_partition(TOPIC, index)
@@ -467,8 +467,11 @@ class FaultCluster:
     def wait_until(self, what: str, condition: Callable[[], bool], timeout_s: float = HEAL_TIMEOUT_S) -> float:
         """Poll ``condition`` until it holds; returns the seconds waited, HarnessError after ``timeout_s``."""
         start = time.monotonic()
+        # Each check reads every partition from DynamoDB: at 1,000 partitions that is seconds of the
+        # local stack's moto, which a check every 0.1 s would keep from the brokers' own calls.
+        interval_s = 0.1 if self.partition_count <= 100 else 1.0
         try:
-            waiting.wait_until(condition, what, timeout_s)
+            waiting.wait_until(condition, what, timeout_s, interval_s=interval_s)
         except AssertionError as error:
             raise HarnessError(f"{error}; partitions {self.partitions()}") from None
         return time.monotonic() - start

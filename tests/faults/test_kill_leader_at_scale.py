@@ -4,8 +4,11 @@ an acks=all write again within two session timeouts, and no acknowledged record 
 duplicated or moved (tests.faults.harness checks the replicas byte for byte afterwards).
 
 From the kill, a probe sends one-record acks=all Produce requests, to each broker for every partition
-still waiting that DynamoDB names it the leader of (up to 100 partitions a request), until each partition has
-acknowledged one; the records it gets acknowledged join the producer's in the final check.
+still waiting that the surviving brokers' Metadata answers name it the leader of (up to 100 partitions a
+request), until each partition has acknowledged one; the records it gets acknowledged join the
+producer's in the final check. The probe asks the brokers, as a client does, not DynamoDB: a Query of
+1,000 partition items costs the local stack's moto seconds, and a probe asking it in a loop starved
+the brokers' own DynamoDB calls.
 """
 
 from __future__ import annotations
@@ -45,11 +48,11 @@ class WriteProbe:
     async def run(self, started: float, give_up_after_s: float) -> None:
         try:
             while self.pending and time.monotonic() - started < give_up_after_s:
-                states = await asyncio.to_thread(self.cluster.store.get_partitions, TOPIC)
+                leaders = await self._leaders()
                 by_leader: dict[int, list[int]] = {}
-                for state in states:
-                    if state.partition in self.pending and state.leader >= 0:
-                        by_leader.setdefault(state.leader, []).append(state.partition)
+                for partition, leader in leaders.items():
+                    if partition in self.pending and leader >= 0:
+                        by_leader.setdefault(leader, []).append(partition)
                 self._attempt += 1
                 await asyncio.gather(*(self._write(b, ps[i:i + PARTITIONS_PER_REQUEST], started)
                                        for b, ps in by_leader.items() for i in range(0, len(ps), PARTITIONS_PER_REQUEST)))
@@ -58,6 +61,32 @@ class WriteProbe:
             for connection in self._connections.values():
                 await connection.close()
 
+    async def _connection(self, broker_id: int) -> BrokerConnection:
+        connection = self._connections.get(broker_id)
+        if connection is None or not connection.connected:
+            host, port = self.cluster.address(broker_id)
+            connection = BrokerConnection(host, port, request_timeout_s=PROBE_TIMEOUT_MS / 1000 + 10,
+                                          security=self.cluster.security)
+            await connection.connect()
+            self._connections[broker_id] = connection
+        return connection
+
+    async def _leaders(self) -> dict[int, int]:
+        """Partition -> leader, as a live broker's Metadata answer names them (the next live broker
+        on each call, so every survivor's view is used)."""
+        live = [b for b, process in sorted(self.cluster.stack.processes.items()) if process.alive()]
+        broker_id = live[self._attempt % len(live)]
+        try:
+            connection = await self._connection(broker_id)
+            response = await connection.send(ApiKey.METADATA, {
+                "topics": [{"name": TOPIC, "topic_id": None}], "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False,
+            })
+        except ClientError:
+            self.answers["metadata request failed"] += 1
+            return {}
+        return {p.partition_index: p.leader_id for t in response.topics for p in t.partitions}
+
     async def _write(self, broker_id: int, partitions: list[int], started: float) -> None:
         process = self.cluster.stack.processes[broker_id]
         if not process.alive():
@@ -65,13 +94,7 @@ class WriteProbe:
             return
         values = {p: f"probe-{p}-{self._attempt}-{broker_id}".encode() for p in partitions}
         try:
-            connection = self._connections.get(broker_id)
-            if connection is None or not connection.connected:
-                host, port = self.cluster.address(broker_id)
-                connection = BrokerConnection(host, port, request_timeout_s=PROBE_TIMEOUT_MS / 1000 + 10,
-                                              security=self.cluster.security)
-                await connection.connect()
-                self._connections[broker_id] = connection
+            connection = await self._connection(broker_id)
             response = await connection.send(ApiKey.PRODUCE, {
                 "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(milliseconds=PROBE_TIMEOUT_MS),
                 "topic_data": [{"name": TOPIC, "partition_data": [
