@@ -24,6 +24,7 @@ import asyncio
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,11 @@ class Broker:
             session_timeout_ms=config.get_int("broker.session.timeout.ms"),
         )
         self._parts: BrokerParts | None = None
+        # The broker's heartbeat and the controller's lease renewal get threads of their own: in the
+        # event loop's shared pool they queued behind bulk work (97-partition transactions, a
+        # snapshot, replica opening, high-watermark checkpoints of 1,000 partitions) long enough
+        # under load for the broker to be fenced, or the lease taken, while it was alive.
+        self._liveness = ThreadPoolExecutor(max_workers=2, thread_name_prefix="liveness")
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
         self._leader_rebalance_due = float("inf")
@@ -213,6 +219,7 @@ class Broker:
         if self._metrics_endpoint is not None:
             await self._metrics_endpoint.stop()
         self.replicas.close()
+        self._liveness.shutdown(wait=False)
 
     async def _cancel_tasks(self, names: tuple[str, ...] | None) -> None:
         """Cancel the periodic tasks with these names (all of them for None) and wait for them to end."""
@@ -262,7 +269,8 @@ class Broker:
 
     async def _heartbeat(self) -> None:
         try:
-            await asyncio.to_thread(self.store.heartbeat_broker, self.config.broker_id, self.broker_epoch)
+            await asyncio.get_running_loop().run_in_executor(
+                self._liveness, self.store.heartbeat_broker, self.config.broker_id, self.broker_epoch)
         except BrokerFencedError:
             log.warning("broker %d was fenced at epoch %d; registering again", self.config.broker_id, self.broker_epoch)
             self.broker_epoch = await asyncio.to_thread(self._register)
@@ -449,7 +457,7 @@ class Broker:
         if self.controller is None or self.lease.controller_epoch is None:
             return
         try:
-            await asyncio.to_thread(self.lease.heartbeat)
+            await asyncio.get_running_loop().run_in_executor(self._liveness, self.lease.heartbeat)
         except FencedControllerError as exc:
             log.warning("broker %d lost the controller lease: %s", self.config.broker_id, exc)
             self.controller = None
