@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from broker_core.log.checkpoint import write_offset_checkpoint
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, FencedControllerError, MetadataError
 from broker_core.metadata.image import MetadataImage
@@ -43,6 +42,7 @@ from broker_core.security.authorizer import Authorizer
 from broker_core.settings import effective
 
 from .config import BrokerConfig
+from .partition import write_high_watermark_checkpoint
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -126,11 +126,14 @@ class Broker:
             session_timeout_ms=config.get_int("broker.session.timeout.ms"),
         )
         self._parts: BrokerParts | None = None
-        # The broker's heartbeat and the controller's lease renewal get threads of their own: in the
-        # event loop's shared pool they queued behind bulk work (97-partition transactions, a
-        # snapshot, replica opening, high-watermark checkpoints of 1,000 partitions) long enough
-        # under load for the broker to be fenced, or the lease taken, while it was alive.
-        self._liveness = ThreadPoolExecutor(max_workers=2, thread_name_prefix="liveness")
+        # The broker's heartbeat and the controller's lease renewal run in threads of their own (see
+        # `_PeriodicThread`), started once the broker is registered.
+        self._heartbeats: _PeriodicThread | None = None
+        self._lease_renewal: _PeriodicThread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session_s = config.get_int("broker.session.timeout.ms") / 1000
+        self._last_heartbeat_at: float | None = None
+        self._last_heartbeat_s = 0.0
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
         self._leader_rebalance_due = float("inf")
@@ -173,17 +176,18 @@ class Broker:
         # starting the services can outlast a session timeout at a thousand partitions, and a
         # broker silent that long is fenced by the controller (and a lease holder loses the lease)
         # before it serves a request.
-        self._tasks = [
-            asyncio.create_task(self._every(heartbeat_s, self._heartbeat), name="heartbeat"),
-            asyncio.create_task(self._every(heartbeat_s, self._renew_controller_lease), name="controller-lease"),
-        ]
+        self._loop = asyncio.get_running_loop()
+        self._heartbeats = _PeriodicThread("heartbeat", heartbeat_s, self._heartbeat)
+        self._lease_renewal = _PeriodicThread("controller-lease", heartbeat_s, self._renew_controller_lease)
+        self._heartbeats.start()
+        self._lease_renewal.start()
         # Try for the controller role before serving, so the first Metadata answer names a controller
         # (librdkafka waits minutes before asking again when it was told there is none).
         await self._controller_duty()
         await self.refresh_metadata()
         for service in parts.services:
             await service.start()
-        self._tasks += [
+        self._tasks = [
             asyncio.create_task(self._every(self.config.get_int("metadata.poll.interval.ms") / 1000, self._poll_metadata),
                                 name="metadata-poll"),
             asyncio.create_task(self._every(self.controller_check_interval_s(), self._controller_duty),
@@ -198,7 +202,9 @@ class Broker:
     async def stop(self, *, controlled: bool = True) -> None:
         # The controller duty goes first: run during the shutdown it would take back the lease
         # that controlled shutdown gives up.
-        await self._cancel_tasks(("controller", "controller-lease"))
+        await self._cancel_tasks(("controller",))
+        if self._lease_renewal is not None:
+            await self._lease_renewal.stop()
         if controlled and self.config.get_bool("controlled.shutdown.enable") and self.broker_epoch >= 0:
             try:
                 await self._controlled_shutdown()
@@ -207,6 +213,8 @@ class Broker:
         # No more metadata refreshes from here on, so none can start fetchers that are being stopped
         # or reopen replicas that are being closed.
         await self._cancel_tasks(None)
+        if self._heartbeats is not None:
+            await self._heartbeats.stop()
         self._stopping = True
         if self._catch_up is not None:
             self._catch_up.cancel()
@@ -219,7 +227,6 @@ class Broker:
         if self._metrics_endpoint is not None:
             await self._metrics_endpoint.stop()
         self.replicas.close()
-        self._liveness.shutdown(wait=False)
 
     async def _cancel_tasks(self, names: tuple[str, ...] | None) -> None:
         """Cancel the periodic tasks with these names (all of them for None) and wait for them to end."""
@@ -267,13 +274,24 @@ class Broker:
                 log.exception("%s failed", duty.__name__)
             await asyncio.sleep(interval_s)
 
-    async def _heartbeat(self) -> None:
+    def _heartbeat(self) -> None:
+        """One heartbeat, in the heartbeat thread; re-registers (a new broker epoch) if fenced."""
+        started = time.monotonic()
+        if self._last_heartbeat_at is not None:
+            # A late heartbeat is the first sign of a broker about to be fenced while alive: the
+            # previous call was slow (DynamoDB), or the process got no CPU for that long.
+            gap = started - self._last_heartbeat_at
+            if gap > self._session_s / 2:
+                log.warning("heartbeat %.1f s after the previous one began (the call took %.1f s); session "
+                            "timeout %.1f s", gap, self._last_heartbeat_s, self._session_s)
+        self._last_heartbeat_at = started
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self._liveness, self.store.heartbeat_broker, self.config.broker_id, self.broker_epoch)
+            self.store.heartbeat_broker(self.config.broker_id, self.broker_epoch)
         except BrokerFencedError:
             log.warning("broker %d was fenced at epoch %d; registering again", self.config.broker_id, self.broker_epoch)
-            self.broker_epoch = await asyncio.to_thread(self._register)
+            self.broker_epoch = self._register()
+        finally:
+            self._last_heartbeat_s = time.monotonic() - started
 
     def _register(self) -> int:
         """Register with the inter-broker listener's endpoint as the broker's host and port (what other
@@ -452,20 +470,28 @@ class Broker:
             self.metrics.elections.labels(cause).inc(elected)
             self.metrics.election_seconds.observe(time.perf_counter() - started)
 
-    async def _renew_controller_lease(self) -> None:
-        """Bump the lease's heartbeat while this broker holds it (every heartbeat interval)."""
-        if self.controller is None or self.lease.controller_epoch is None:
+    def _renew_controller_lease(self) -> None:
+        """Bump the lease's heartbeat while this broker holds it (every heartbeat interval, in the
+        lease thread); on losing it, the event loop drops the controller role of that term."""
+        controller, epoch = self.controller, self.lease.controller_epoch
+        if controller is None or epoch is None:
             return
         try:
-            await asyncio.get_running_loop().run_in_executor(self._liveness, self.lease.heartbeat)
+            self.lease.heartbeat()
         except FencedControllerError as exc:
             log.warning("broker %d lost the controller lease: %s", self.config.broker_id, exc)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._drop_controller_role, controller)
+
+    def _drop_controller_role(self, controller: Controller) -> None:
+        if self.controller is controller and self.lease.controller_epoch is None:
             self.controller = None
 
     async def _checkpoint_high_watermarks(self) -> None:
-        # Each checkpoint is a file write with two fsyncs: for hundreds of partitions that is seconds
-        # of the event loop (a py-spy profile of a failover at 1,000 partitions found a survivor
-        # spending a third of its time here), so the writes go to a worker thread.
+        # Each checkpoint is a small file write (no fsync: see write_high_watermark_checkpoint); for
+        # hundreds of partitions that is still more than the event loop should take (a py-spy profile
+        # of a failover at 1,000 partitions found a survivor spending a third of its time here, when
+        # each had two fsyncs), so the writes go to a worker thread.
         due = [(partition, checkpoint) for partition in list(self.replicas.partitions.values())
                if (checkpoint := partition.high_watermark_checkpoint_due()) is not None]
         if not due:
@@ -487,6 +513,44 @@ class Broker:
 def _write_checkpoints(checkpoints: list[tuple[Path, int]]) -> None:
     for path, high_watermark in checkpoints:
         try:
-            write_offset_checkpoint(path, high_watermark)
+            write_high_watermark_checkpoint(path, high_watermark)
         except FileNotFoundError:
             continue  # the replica was removed (its topic deleted) since the checkpoint was due
+
+
+class _PeriodicThread:
+    """Runs ``duty`` every ``interval_s`` (start to start) in a daemon thread of its own until stopped.
+
+    For the broker's liveness duties, its heartbeat and the controller lease renewal: on the event
+    loop (or in its shared worker pool) they waited behind whatever else the broker did, and at
+    1,000 partitions under load (97-partition transactions, snapshots, opening replicas, serving
+    fetches for all of them) that was seconds, long enough for a live broker to be fenced or to
+    lose the lease. As Kafka's broker heartbeats from its own thread, so does this one: liveness
+    means the process runs and reaches DynamoDB. Errors are logged and the duty runs again next time.
+    """
+
+    def __init__(self, name: str, interval_s: float, duty: Callable[[], None]) -> None:
+        self._interval_s = interval_s
+        self._duty = duty
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            started = time.monotonic()
+            try:
+                self._duty()
+            except MetadataError as exc:
+                log.warning("%s: %s", self._thread.name, exc)
+            except Exception:
+                log.exception("%s failed", self._thread.name)
+            self._stopped.wait(max(0.0, self._interval_s - (time.monotonic() - started)))
+
+    async def stop(self) -> None:
+        """Stop after the duty under way, if any, and wait for the thread to end."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join)
