@@ -11,9 +11,9 @@ one topic of N partitions with replication factor 3 and min.insync.replicas=2, a
 - RSS: each broker's resident set before the topic exists and after, and the difference per
   partition replica it hosts;
 - failover: SIGKILL of the broker that leads the most partitions; from the kill, a prober sends
-  one-record acks=all Produce requests (one request per broker, every pending partition in it) to
-  whichever broker DynamoDB names as each partition's leader, until every partition has accepted
-  one. The time each partition first accepted a write, as a multiple of
+  one-record acks=all Produce requests (up to 100 pending partitions a request) to whichever broker
+  the surviving brokers' Metadata answers, or a NOT_LEADER_OR_FOLLOWER answer's KIP-951 hint, name
+  as each partition's leader, until every partition has accepted one. The time each partition first accepted a write, as a multiple of
   ``broker.session.timeout.ms``: p50, p99 and max over the partitions (goal max <= 2x). The prober
   also counts the answers it got: NOT_LEADER_OR_FOLLOWER, and REQUEST_TIMED_OUT (the failure mode
   issue 26 reports).

@@ -463,9 +463,12 @@ class Controller:
         cached = self._snapshot
         if cached is not None:
             version = self._store.metadata_version()
-            keys = self._store.partition_changes(cached.version, version)
-            if keys is not None:
-                updated = cached.with_partitions(version, self._store.get_partitions_by_key(keys) if keys else ())
+            delta = self._store.partition_deltas(cached.version, version)
+            if delta is not None:
+                keys, states = delta
+                if states is None:
+                    states = self._store.get_partitions_by_key(keys) if keys else []
+                updated = cached.with_partitions(version, states)
                 if updated is not None:
                     self._snapshot = updated
                     return updated

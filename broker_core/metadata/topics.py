@@ -493,7 +493,8 @@ class TopicCatalog(BrokerRegistry):
             while chunk:
                 codes = self.transact_partition_change(
                     f"update {len(chunk)} partitions", self._partition_updates(chunk, controller_epoch),
-                    [partition_key(state.topic_id, state.partition) for state, _ in chunk])
+                    [partition_key(state.topic_id, state.partition) for state, _ in chunk],
+                    [_as_written(state, epoch) for state, epoch in chunk])
                 if codes is None:
                     written.extend(_as_written(state, epoch) for state, epoch in chunk)
                     break
@@ -562,7 +563,8 @@ class TopicCatalog(BrokerRegistry):
             transaction.update(key, actions=actions, condition=condition)
 
         codes = self.transact_partition_change(f"update partition {new_state.topic}-{new_state.partition}", build,
-                                               [partition_key(new_state.topic_id, new_state.partition)])
+                                               [partition_key(new_state.topic_id, new_state.partition)],
+                                               [_as_written(new_state, expected_partition_epoch)])
         if codes is None:
             return _as_written(new_state, expected_partition_epoch)
         if controller_epoch is not None and codes[0] == CONDITION_FAILED:

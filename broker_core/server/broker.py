@@ -394,10 +394,12 @@ class Broker:
         """Bring the image to ``version`` by reading only the partitions changed since its version
         (the change sequence, ``MetadataStore.partition_changes``); False if the versions between
         hold any other kind of change (then the caller reads a whole snapshot)."""
-        keys = await asyncio.to_thread(self.store.partition_changes, self.image.version, version)
-        if keys is None:
+        delta = await asyncio.to_thread(self.store.partition_deltas, self.image.version, version)
+        if delta is None:
             return False
-        states = await asyncio.to_thread(self.store.get_partitions_by_key, keys) if keys else []
+        keys, states = delta
+        if states is None:  # a change item without the states: read the partitions it names
+            states = await asyncio.to_thread(self.store.get_partitions_by_key, keys) if keys else []
         image = self.image.with_partitions(version, states)
         if image is None:
             return False
