@@ -393,22 +393,15 @@ def test_the_change_sequence_names_changed_partitions_and_gives_up_on_other_chan
     assert [(p.partition, p.isr) for p in sorted(store.get_partitions_by_key(keys), key=lambda p: p.partition)] == [
         (n, states[n].isr[:1]) for n in (1, 2, 3)]
     assert store.partition_changes(now, now) == set()
+    # The change items carry the states written, the latest of each partition winning.
+    store.update_partition(states[1].with_isr(states[1].isr), 1)  # partition 1 again: back to the full ISR
+    later = store.metadata_version()
+    keys, carried = store.partition_deltas(start, later)
+    assert keys == {f"{states[0].topic_id}:{n}" for n in (1, 2, 3)}
+    stored = {p.partition: p for p in store.get_partitions("t")}
+    assert sorted(carried, key=lambda p: p.partition) == [stored[1], stored[2], stored[3]]
+    assert stored[1].isr == states[1].isr and stored[1].partition_epoch == 2
+    assert store.partition_deltas(later, later) == (set(), [])
     store.alter_topic_configs("t", {"retention.ms": "1000"})  # not a partition change: read everything
     assert store.partition_changes(start, store.metadata_version()) is None
-
-
-def test_the_change_sequence_carries_the_states_written_the_latest_of_each_partition_winning(store, register_brokers):
-    register_brokers([1, 2])
-    store.create_topic("t", 4, 2)
-    states = store.get_partitions("t")
-    start = store.metadata_version()
-    store.update_partitions([(states[1].with_isr(states[1].isr[:1]), 0), (states[3].with_isr(states[3].isr[:1]), 0)])
-    store.update_partition(states[1].with_isr(states[1].isr), 1)  # partition 1 again: back to the full ISR
-    keys, carried = store.partition_deltas(start, store.metadata_version())
-    assert keys == {f"{states[0].topic_id}:{n}" for n in (1, 3)}
-    stored = {p.partition: p for p in store.get_partitions("t")}
-    assert sorted(carried, key=lambda p: p.partition) == [stored[1], stored[3]]
-    assert stored[1].isr == states[1].isr and stored[1].partition_epoch == 2
-    assert store.partition_deltas(start, start) == (set(), [])
-    store.alter_topic_configs("t", {"retention.ms": "1000"})  # not a partition change: read everything
     assert store.partition_deltas(start, store.metadata_version()) is None
