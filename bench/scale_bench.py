@@ -11,9 +11,9 @@ one topic of N partitions with replication factor 3 and min.insync.replicas=2, a
 - RSS: each broker's resident set before the topic exists and after, and the difference per
   partition replica it hosts;
 - failover: SIGKILL of the broker that leads the most partitions; from the kill, a prober sends
-  one-record acks=all Produce requests (one request per broker, every pending partition in it) to
-  whichever broker DynamoDB names as each partition's leader, until every partition has accepted
-  one. The time each partition first accepted a write, as a multiple of
+  one-record acks=all Produce requests (up to 100 pending partitions a request) to whichever broker
+  the surviving brokers' Metadata answers, or a NOT_LEADER_OR_FOLLOWER answer's KIP-951 hint, name
+  as each partition's leader, until every partition has accepted one. The time each partition first accepted a write, as a multiple of
   ``broker.session.timeout.ms``: p50, p99 and max over the partitions (goal max <= 2x). The prober
   also counts the answers it got: NOT_LEADER_OR_FOLLOWER, and REQUEST_TIMED_OUT (the failure mode
   issue 26 reports).
@@ -123,8 +123,13 @@ class Prober:
         self.leader_of: dict[int, int] = {}
         self._metadata_due = 0.0
         self._connections: dict[int, BrokerConnection] = {}
+        self._connecting = asyncio.Lock()  # concurrent probes of one broker share its connection
 
     async def _connection(self, broker_id: int) -> BrokerConnection | None:
+        async with self._connecting:
+            return await self._connect(broker_id)
+
+    async def _connect(self, broker_id: int) -> BrokerConnection | None:
         connection = self._connections.get(broker_id)
         if connection is not None and connection.connected:
             return connection
@@ -194,22 +199,41 @@ class Prober:
         self.answers[what] = self.answers.get(what, 0) + n
 
     async def run(self, start: float, deadline_s: float) -> None:
+        # Each probe request is a task of its own and a partition is in one request at a time: an
+        # acks=all write waiting (up to PROBE_TIMEOUT_MS) for its ISR to shrink must not hold back
+        # the Metadata refresh and the writes to partitions whose new leader is known (before, one
+        # slow request delayed every other partition by up to the probe timeout).
+        in_flight: set[int] = set()
+        tasks: set[asyncio.Task] = set()
+
+        def done(task: asyncio.Task, partitions: list[int]) -> None:
+            tasks.discard(task)
+            in_flight.difference_update(partitions)
+
         try:
             while self.pending and time.monotonic() - start < deadline_s:
                 if time.monotonic() >= self._metadata_due:
                     self._metadata_due = float("inf")
                     await self._refresh_leaders()
                 by_leader: dict[int, list[int]] = {}
-                for p in sorted(self.pending):
+                for p in sorted(self.pending - in_flight):
                     by_leader.setdefault(self.leader_of.get(p, -1), []).append(p)
                 unknown = by_leader.pop(-1, [])
                 if unknown:
                     self._count("no leader", len(unknown))
                     self._metadata_due = min(self._metadata_due, time.monotonic() + METADATA_REFRESH_S)
-                await asyncio.gather(*(self._probe(b, ps[i:i + PARTITIONS_PER_PROBE], start)
-                                       for b, ps in by_leader.items() for i in range(0, len(ps), PARTITIONS_PER_PROBE)))
+                for b, ps in by_leader.items():
+                    for i in range(0, len(ps), PARTITIONS_PER_PROBE):
+                        chunk = ps[i:i + PARTITIONS_PER_PROBE]
+                        in_flight.update(chunk)
+                        task = asyncio.create_task(self._probe(b, chunk, start))
+                        tasks.add(task)
+                        task.add_done_callback(lambda t, chunk=chunk: done(t, chunk))
                 await asyncio.sleep(PROBE_PAUSE_S)
         finally:
+            for task in list(tasks):
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             for connection in self._connections.values():
                 await connection.close()
 

@@ -34,8 +34,12 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably: write a temp file, fsync it, rename it over, fsync the directory."""
+def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` durably: write a temp file, fsync it, rename it over, fsync the directory.
+
+    With ``durable`` False the fsyncs are left out: a process crash still leaves the old or the new
+    file (the rename is atomic), but a power loss may leave neither, or a torn one; only for files
+    whose loss costs nothing but a lower starting point (the high-watermark checkpoint)."""
     temp = path.with_name(path.name + TEMP_SUFFIX)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -43,20 +47,23 @@ def atomic_write(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(temp, path)
-    fsync_directory(path.parent)
+    if durable:
+        fsync_directory(path.parent)
 
 
 def write_checkpoint(
-    path: Path, entries: Sequence[Sequence[int | str]], version: int = CHECKPOINT_VERSION
+    path: Path, entries: Sequence[Sequence[int | str]], version: int = CHECKPOINT_VERSION, *, durable: bool = True
 ) -> None:
-    """Write ``entries`` (one line each, fields space-separated) in Kafka's checkpoint format."""
+    """Write ``entries`` (one line each, fields space-separated) in Kafka's checkpoint format
+    (``durable``: see `atomic_write`)."""
     lines = [str(version), str(len(entries))]
     lines.extend(" ".join(str(field) for field in entry) for entry in entries)
-    atomic_write(path, ("\n".join(lines) + "\n").encode("ascii"))
+    atomic_write(path, ("\n".join(lines) + "\n").encode("ascii"), durable=durable)
 
 
 def read_checkpoint(
@@ -99,9 +106,9 @@ def read_checkpoint(
     return entries
 
 
-def write_offset_checkpoint(path: Path, offset: int) -> None:
-    """Write a single-offset checkpoint (recovery point, log start offset)."""
-    write_checkpoint(path, [[offset]])
+def write_offset_checkpoint(path: Path, offset: int, *, durable: bool = True) -> None:
+    """Write a single-offset checkpoint (recovery point, log start offset; ``durable``: see `atomic_write`)."""
+    write_checkpoint(path, [[offset]], durable=durable)
 
 
 def read_offset_checkpoint(path: Path) -> int | None:

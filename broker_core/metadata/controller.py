@@ -451,6 +451,11 @@ class Controller:
         self._elect_leaders(self.controller_epoch)
         return self._store.partitions_led_by(broker_id)
 
+    def current_snapshot(self) -> ClusterSnapshot:
+        """The cluster as of now, read as cheaply as `_current_snapshot` can (for the controller's
+        other duties of the same pass, e.g. completing reassignments)."""
+        return self._current_snapshot()
+
     def _current_snapshot(self) -> ClusterSnapshot:
         """The cluster as of now: the last snapshot brought forward by the change sequence when only
         partitions changed since (a few items read, e.g. after this controller's own elections),
@@ -458,9 +463,12 @@ class Controller:
         cached = self._snapshot
         if cached is not None:
             version = self._store.metadata_version()
-            keys = self._store.partition_changes(cached.version, version)
-            if keys is not None:
-                updated = cached.with_partitions(version, self._store.get_partitions_by_key(keys) if keys else ())
+            delta = self._store.partition_deltas(cached.version, version)
+            if delta is not None:
+                keys, states = delta
+                if states is None:
+                    states = self._store.get_partitions_by_key(keys) if keys else []
+                updated = cached.with_partitions(version, states)
                 if updated is not None:
                     self._snapshot = updated
                     return updated
@@ -484,6 +492,9 @@ class Controller:
                 if proposal is not None:
                     proposals.append((proposal, partition.partition_epoch))
                     previous_leaders[(partition.topic, partition.partition)] = partition.leader
+        # Elections first: a partition without a live leader takes no write at all until its change
+        # is written, one whose leader lives only waits for its ISR to shrink (to min.insync.replicas).
+        proposals.sort(key=lambda change: change[0].leader == previous_leaders[(change[0].topic, change[0].partition)])
         # One pass moves every partition a fenced broker led or followed, in a few transactions
         # (see MetadataStore.update_partitions) rather than one round trip per partition. A
         # partition whose leader changed its ISR since the snapshot, or whose topic went away,

@@ -16,6 +16,9 @@
   ``<topic id>:<partition>`` keys it changed. A broker whose image is at version w and that sees
   version v reads change#w+1..v and then only those partitions; a missing change item means some
   other kind of change (topic, broker, config) bumped the version, and the broker reads everything.
+  ``states`` (when the writer knew them: every partition batch does) holds the new state of each
+  of those partitions, as written in the same transaction (JSON, `encode_partition_states`), so a
+  broker applies the delta from the change items alone, without reading the partitions.
   ``expires_at`` (epoch seconds) is for DynamoDB TTL to clean old items up; correctness never
   depends on it, since a reader that finds an item gone reads everything.
 - ``item="producer_ids"``: ``next_start`` of the next free producer-id block and ``version``,
@@ -92,6 +95,7 @@ class MetadataChangeItem(Model):
     item = UnicodeAttribute(hash_key=True)
     version = NumberAttribute()
     partitions = ListAttribute(of=UnicodeAttribute)
+    states = UnicodeAttribute(null=True)
     expires_at = NumberAttribute()
 
 

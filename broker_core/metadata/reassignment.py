@@ -28,11 +28,11 @@ time (the controller's); the store calls block.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 
 from broker_core.metadata.errors import PartitionEpochConflictError, UnknownPartitionError, UnknownTopicError
-from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState
+from broker_core.metadata.state import NO_LEADER, BrokerState, ClusterSnapshot, PartitionState
 from broker_core.metadata.store import MetadataStore
 
 
@@ -173,12 +173,16 @@ class PartitionReassignments:
             states = [p for p in states if (p.topic, p.partition) in keys]
         return sorted(states, key=lambda p: (p.topic, p.partition))
 
-    def complete_ready(self, controller_epoch: int) -> list[PartitionState]:
+    def complete_ready(self, controller_epoch: int,
+                       current: Callable[[], ClusterSnapshot] | None = None) -> list[PartitionState]:
         """Complete every reassignment whose target replicas are all in the ISR; the controller calls it
-        on each pass. Reads the snapshot only when the metadata version moved (ISR changes bump it)."""
+        on each pass. Reads the cluster only when the metadata version moved (ISR changes bump it),
+        through ``current`` when given (the controller's snapshot, brought forward by the change
+        sequence: a few items rather than a Scan of every partition after each ISR change), else
+        with a full snapshot."""
         if self._planned_version is not None and self._store.metadata_version() == self._planned_version:
             return []
-        snapshot = self._store.snapshot()
+        snapshot = current() if current is not None else self._store.snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
         completed = []
         for partitions in snapshot.partitions.values():

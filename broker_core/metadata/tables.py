@@ -16,6 +16,7 @@ synchronous, so brokers call it from worker threads, never from the event loop.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 
@@ -31,6 +32,7 @@ from broker_core.metadata.models import (
     BoundModels,
     bind_models,
 )
+from broker_core.metadata.state import PartitionState
 from broker_core.retry import LostRace, retry_lost_races
 
 # Partition items per Scan/Query page (about 60 KB): many short requests rather than one that runs into
@@ -42,6 +44,21 @@ CHANGE_RETENTION_S = 3600
 MAX_DELTA_VERSIONS = 100
 
 metadata_failures = failures_as(MetadataUnavailableError, MetadataError)
+
+
+def encode_partition_states(states: Sequence[PartitionState]) -> str:
+    """The ``states`` of a change item: one JSON list of fields per partition state."""
+    return json.dumps([[s.topic, s.topic_id, s.partition, list(s.replicas), s.leader, s.leader_epoch,
+                        s.partition_epoch, list(s.isr), list(s.adding_replicas), list(s.removing_replicas)]
+                       for s in states], separators=(",", ":"))
+
+
+def decode_partition_states(text: str) -> list[PartitionState]:
+    return [PartitionState(topic=topic, topic_id=topic_id, partition=partition, replicas=tuple(replicas),
+                           leader=leader, leader_epoch=leader_epoch, partition_epoch=partition_epoch,
+                           isr=tuple(isr), adding_replicas=tuple(adding), removing_replicas=tuple(removing))
+            for topic, topic_id, partition, replicas, leader, leader_epoch, partition_epoch, isr, adding, removing
+            in json.loads(text)]
 """Decorator of store methods: pynamodb/botocore failures become MetadataUnavailableError."""
 
 
@@ -86,11 +103,14 @@ class MetadataTables:
         transaction.update(version(METADATA_VERSION_ITEM), actions=[version.version.add(1)])
 
     def transact_partition_change(self, what: str, build: Callable[[TransactWrite], None],
-                                  keys: Sequence[str]) -> list[str | None] | None:
+                                  keys: Sequence[str], states: Sequence[PartitionState] | None = None
+                                  ) -> list[str | None] | None:
         """Run a transaction that changes only the partitions named by ``keys`` (``<topic id>:<n>``),
         numbered in the change sequence (see ``broker_core.metadata.models``): it reads the version v,
         then commits ``build``'s items with the version set to v + 1 (conditional on v) and the
-        change item ``change#<v+1>`` naming ``keys``, so brokers can read just those partitions.
+        change item ``change#<v+1>`` naming ``keys``, so brokers can read just those partitions, and
+        with ``states`` (the states ``build`` writes, one per key) carrying them, so brokers need not
+        read the partitions at all.
 
         Returns None when it committed, else the cancellation codes of ``build``'s own items (as
         `transact`). A concurrent change that moved the version first is a lost race: it is retried
@@ -110,9 +130,11 @@ class MetadataTables:
                 # are the last items of the transaction and their cancellation codes the last two.
                 transaction.update(version_model(METADATA_VERSION_ITEM),
                                    actions=[version_model.version.set(current + 1)], condition=condition)
-                transaction.update(change_model(f"{CHANGE_ITEM_PREFIX}{current + 1}"), actions=[
-                    change_model.version.set(current + 1), change_model.partitions.set(list(keys)),
-                    change_model.expires_at.set(int(time.time()) + CHANGE_RETENTION_S)])
+                actions = [change_model.version.set(current + 1), change_model.partitions.set(list(keys)),
+                           change_model.expires_at.set(int(time.time()) + CHANGE_RETENTION_S)]
+                if states is not None:
+                    actions.append(change_model.states.set(encode_partition_states(states)))
+                transaction.update(change_model(f"{CHANGE_ITEM_PREFIX}{current + 1}"), actions=actions)
 
             codes = self.transact(what, full)
             if codes is None:
@@ -122,6 +144,29 @@ class MetadataTables:
             return codes[:-2]
 
         return retry_lost_races(attempt, lambda attempts: MetadataConflictError(what, attempts))
+
+    @metadata_failures
+    def partition_deltas(self, since: int, until: int) -> tuple[set[str], list[PartitionState] | None] | None:
+        """The change sequence from since+1 to until: (the partition keys changed, their states as of
+        ``until`` when every change item carried them, else None: read the keys then), or None when
+        the caller must read everything (as `partition_changes`)."""
+        if until <= since:
+            return set(), []
+        if since < 0 or until - since > MAX_DELTA_VERSIONS:
+            return None
+        change_model = self.models.metadata_change
+        wanted = [f"{CHANGE_ITEM_PREFIX}{v}" for v in range(since + 1, until + 1)]
+        found = sorted(change_model.batch_get(wanted, consistent_read=True), key=lambda item: int(item.version))
+        if len(found) != len(wanted):
+            return None
+        keys = {key for item in found for key in item.partitions}
+        if any(item.states is None for item in found):
+            return keys, None
+        latest: dict[tuple[str, int], PartitionState] = {}
+        for item in found:  # in version order: a later change of a partition replaces an earlier one
+            for state in decode_partition_states(item.states):
+                latest[(state.topic_id, state.partition)] = state
+        return keys, list(latest.values())
 
     @metadata_failures
     def partition_changes(self, since: int, until: int) -> set[str] | None:

@@ -493,7 +493,8 @@ class TopicCatalog(BrokerRegistry):
             while chunk:
                 codes = self.transact_partition_change(
                     f"update {len(chunk)} partitions", self._partition_updates(chunk, controller_epoch),
-                    [partition_key(state.topic_id, state.partition) for state, _ in chunk])
+                    [partition_key(state.topic_id, state.partition) for state, _ in chunk],
+                    [_as_written(state, epoch) for state, epoch in chunk])
                 if codes is None:
                     written.extend(_as_written(state, epoch) for state, epoch in chunk)
                     break
@@ -514,15 +515,15 @@ class TopicCatalog(BrokerRegistry):
             if controller_epoch is not None:
                 self.add_controller_check(transaction, controller_epoch)
             for state, expected in chunk:
-                transaction.update(partition(state.topic_id, state.partition), actions=[
-                    partition.replicas.set(list(state.replicas)),
-                    partition.leader.set(state.leader),
-                    partition.leader_epoch.set(state.leader_epoch),
-                    partition.isr.set(list(state.isr)),
-                    partition.partition_epoch.set(expected + 1),
-                    partition.adding_replicas.set(list(state.adding_replicas)),
-                    partition.removing_replicas.set(list(state.removing_replicas)),
-                ], condition=partition.partition_epoch == expected)
+                # A whole-item Put (every attribute of a partition is in its state) rather than an
+                # UpdateItem of seven SET actions: the same write for DynamoDB, and a third of the
+                # work for moto, which parses and validates each update expression per item.
+                transaction.save(partition(
+                    state.topic_id, state.partition, topic=state.topic, replicas=list(state.replicas),
+                    leader=state.leader, leader_epoch=state.leader_epoch, partition_epoch=expected + 1,
+                    isr=list(state.isr), adding_replicas=list(state.adding_replicas),
+                    removing_replicas=list(state.removing_replicas),
+                ), condition=partition.partition_epoch == expected)
 
         return build
 
@@ -562,7 +563,8 @@ class TopicCatalog(BrokerRegistry):
             transaction.update(key, actions=actions, condition=condition)
 
         codes = self.transact_partition_change(f"update partition {new_state.topic}-{new_state.partition}", build,
-                                               [partition_key(new_state.topic_id, new_state.partition)])
+                                               [partition_key(new_state.topic_id, new_state.partition)],
+                                               [_as_written(new_state, expected_partition_epoch)])
         if codes is None:
             return _as_written(new_state, expected_partition_epoch)
         if controller_epoch is not None and codes[0] == CONDITION_FAILED:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from broker_core.log.checkpoint import write_offset_checkpoint
 from broker_core.log.log_directories import remove_directory
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, FencedControllerError, MetadataError
@@ -43,6 +43,7 @@ from broker_core.security.authorizer import Authorizer
 from broker_core.settings import effective
 
 from .config import BrokerConfig
+from .partition import write_high_watermark_checkpoint
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,14 @@ class Broker:
             session_timeout_ms=config.get_int("broker.session.timeout.ms"),
         )
         self._parts: BrokerParts | None = None
+        # The broker's heartbeat and the controller's lease renewal run in threads of their own (see
+        # `_PeriodicThread`), started once the broker is registered.
+        self._heartbeats: _PeriodicThread | None = None
+        self._lease_renewal: _PeriodicThread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session_s = config.get_int("broker.session.timeout.ms") / 1000
+        self._last_heartbeat_at: float | None = None
+        self._last_heartbeat_s = 0.0
         self._tasks: list[asyncio.Task] = []
         self._refresh_lock = asyncio.Lock()
         self._leader_rebalance_due = float("inf")
@@ -164,6 +173,17 @@ class Broker:
         self.broker_epoch = await asyncio.to_thread(self._register)
         log.info("broker %d registered with epoch %d, listening on %s:%d",
                  self.config.broker_id, self.broker_epoch, self.config.host, self.port)
+        heartbeat_s = self.config.get_int("broker.heartbeat.interval.ms") / 1000
+        # Heartbeats (and the lease renewal, once this broker holds the lease) start as soon as the
+        # broker is registered: reading the metadata, opening (recovering) every hosted replica and
+        # starting the services can outlast a session timeout at a thousand partitions, and a
+        # broker silent that long is fenced by the controller (and a lease holder loses the lease)
+        # before it serves a request.
+        self._loop = asyncio.get_running_loop()
+        self._heartbeats = _PeriodicThread("heartbeat", heartbeat_s, self._heartbeat)
+        self._lease_renewal = _PeriodicThread("controller-lease", heartbeat_s, self._renew_controller_lease)
+        self._heartbeats.start()
+        self._lease_renewal.start()
         # Try for the controller role before serving, so the first Metadata answer names a controller
         # (librdkafka waits minutes before asking again when it was told there is none).
         await self._controller_duty()
@@ -173,14 +193,11 @@ class Broker:
         self.replicas.remove_stray_logs(self.image)
         for service in parts.services:
             await service.start()
-        heartbeat_s = self.config.get_int("broker.heartbeat.interval.ms") / 1000
         self._tasks = [
-            asyncio.create_task(self._every(heartbeat_s, self._heartbeat), name="heartbeat"),
             asyncio.create_task(self._every(self.config.get_int("metadata.poll.interval.ms") / 1000, self._poll_metadata),
                                 name="metadata-poll"),
             asyncio.create_task(self._every(self.controller_check_interval_s(), self._controller_duty),
                                 name="controller"),
-            asyncio.create_task(self._every(heartbeat_s, self._renew_controller_lease), name="controller-lease"),
             asyncio.create_task(self._every(self.config.get_int("log.retention.check.interval.ms") / 1000,
                                             self._enforce_retention), name="retention"),
             asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, parts.isr.run_once), name="isr"),
@@ -192,7 +209,9 @@ class Broker:
     async def stop(self, *, controlled: bool = True) -> None:
         # The controller duty goes first: run during the shutdown it would take back the lease
         # that controlled shutdown gives up.
-        await self._cancel_tasks(("controller", "controller-lease"))
+        await self._cancel_tasks(("controller",))
+        if self._lease_renewal is not None:
+            await self._lease_renewal.stop()
         if controlled and self.config.get_bool("controlled.shutdown.enable") and self.broker_epoch >= 0:
             try:
                 await self._controlled_shutdown()
@@ -201,6 +220,8 @@ class Broker:
         # No more metadata refreshes from here on, so none can start fetchers that are being stopped
         # or reopen replicas that are being closed.
         await self._cancel_tasks(None)
+        if self._heartbeats is not None:
+            await self._heartbeats.stop()
         self._stopping = True
         if self._catch_up is not None:
             self._catch_up.cancel()
@@ -260,12 +281,24 @@ class Broker:
                 log.exception("%s failed", duty.__name__)
             await asyncio.sleep(interval_s)
 
-    async def _heartbeat(self) -> None:
+    def _heartbeat(self) -> None:
+        """One heartbeat, in the heartbeat thread; re-registers (a new broker epoch) if fenced."""
+        started = time.monotonic()
+        if self._last_heartbeat_at is not None:
+            # A late heartbeat is the first sign of a broker about to be fenced while alive: the
+            # previous call was slow (DynamoDB), or the process got no CPU for that long.
+            gap = started - self._last_heartbeat_at
+            if gap > self._session_s / 2:
+                log.warning("heartbeat %.1f s after the previous one began (the call took %.1f s); session "
+                            "timeout %.1f s", gap, self._last_heartbeat_s, self._session_s)
+        self._last_heartbeat_at = started
         try:
-            await asyncio.to_thread(self.store.heartbeat_broker, self.config.broker_id, self.broker_epoch)
+            self.store.heartbeat_broker(self.config.broker_id, self.broker_epoch)
         except BrokerFencedError:
             log.warning("broker %d was fenced at epoch %d; registering again", self.config.broker_id, self.broker_epoch)
-            self.broker_epoch = await asyncio.to_thread(self._register)
+            self.broker_epoch = self._register()
+        finally:
+            self._last_heartbeat_s = time.monotonic() - started
 
     def _register(self) -> int:
         """Register with the inter-broker listener's endpoint as the broker's host and port (what other
@@ -355,10 +388,12 @@ class Broker:
                                                        asyncio.to_thread(self.lease.current),
                                                        *(follower.reload() for follower in self.parts.followers))
             image = MetadataImage.from_snapshot(snapshot, controller_id=lease.holder if lease else -1)
+            # Replicas new here are opened (their logs recovered) off the event loop: see ReplicaManager.
+            opened = await asyncio.to_thread(self.replicas.open_missing, image)
             self.image = image
             # floe.super.users.include.brokers: a broker registered since the last image is trusted now.
             self.authorizer.replace_broker_principals(b.principal for b in image.brokers.values())
-            self.replicas.apply(image)
+            self.replicas.apply(image, opened=opened)
             self.metrics.forget_topics_except(image.topics)
             await self.parts.fetchers.update()
 
@@ -366,15 +401,19 @@ class Broker:
         """Bring the image to ``version`` by reading only the partitions changed since its version
         (the change sequence, ``MetadataStore.partition_changes``); False if the versions between
         hold any other kind of change (then the caller reads a whole snapshot)."""
-        keys = await asyncio.to_thread(self.store.partition_changes, self.image.version, version)
-        if keys is None:
+        delta = await asyncio.to_thread(self.store.partition_deltas, self.image.version, version)
+        if delta is None:
             return False
-        states = await asyncio.to_thread(self.store.get_partitions_by_key, keys) if keys else []
+        keys, states = delta
+        if states is None:  # a change item without the states: read the partitions it names
+            states = await asyncio.to_thread(self.store.get_partitions_by_key, keys) if keys else []
         image = self.image.with_partitions(version, states)
         if image is None:
             return False
+        changed = {(s.topic, s.partition) for s in states}
+        opened = await asyncio.to_thread(self.replicas.open_missing, image, changed)
         self.image = image
-        self.replicas.apply(image, changed={(s.topic, s.partition) for s in states})
+        self.replicas.apply(image, changed=changed, opened=opened)
         await self.parts.fetchers.update()
         return True
 
@@ -418,7 +457,7 @@ class Broker:
         started = time.perf_counter()
         result = await asyncio.to_thread(self.controller.run_once)
         self._count_elections("broker_change", result.changed_partitions, started)
-        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch)
+        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch, self.controller.current_snapshot)
         for state in completed:
             log.info("reassignment of %s-%d completed: replicas %s, leader %d", state.topic, state.partition,
                      list(state.replicas), state.leader)
@@ -440,20 +479,28 @@ class Broker:
             self.metrics.elections.labels(cause).inc(elected)
             self.metrics.election_seconds.observe(time.perf_counter() - started)
 
-    async def _renew_controller_lease(self) -> None:
-        """Bump the lease's heartbeat while this broker holds it (every heartbeat interval)."""
-        if self.controller is None or self.lease.controller_epoch is None:
+    def _renew_controller_lease(self) -> None:
+        """Bump the lease's heartbeat while this broker holds it (every heartbeat interval, in the
+        lease thread); on losing it, the event loop drops the controller role of that term."""
+        controller, epoch = self.controller, self.lease.controller_epoch
+        if controller is None or epoch is None:
             return
         try:
-            await asyncio.to_thread(self.lease.heartbeat)
+            self.lease.heartbeat()
         except FencedControllerError as exc:
             log.warning("broker %d lost the controller lease: %s", self.config.broker_id, exc)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._drop_controller_role, controller)
+
+    def _drop_controller_role(self, controller: Controller) -> None:
+        if self.controller is controller and self.lease.controller_epoch is None:
             self.controller = None
 
     async def _checkpoint_high_watermarks(self) -> None:
-        # Each checkpoint is a file write with two fsyncs: for hundreds of partitions that is seconds
-        # of the event loop (a py-spy profile of a failover at 1,000 partitions found a survivor
-        # spending a third of its time here), so the writes go to a worker thread.
+        # Each checkpoint is a small file write (no fsync: see write_high_watermark_checkpoint); for
+        # hundreds of partitions that is still more than the event loop should take (a py-spy profile
+        # of a failover at 1,000 partitions found a survivor spending a third of its time here, when
+        # each had two fsyncs), so the writes go to a worker thread.
         due = [(partition, checkpoint) for partition in list(self.replicas.partitions.values())
                if (checkpoint := partition.high_watermark_checkpoint_due()) is not None]
         if not due:
@@ -481,6 +528,44 @@ class Broker:
 def _write_checkpoints(checkpoints: list[tuple[Path, int]]) -> None:
     for path, high_watermark in checkpoints:
         try:
-            write_offset_checkpoint(path, high_watermark)
+            write_high_watermark_checkpoint(path, high_watermark)
         except FileNotFoundError:
             continue  # the replica was removed (its topic deleted) since the checkpoint was due
+
+
+class _PeriodicThread:
+    """Runs ``duty`` every ``interval_s`` (start to start) in a daemon thread of its own until stopped.
+
+    For the broker's liveness duties, its heartbeat and the controller lease renewal: on the event
+    loop (or in its shared worker pool) they waited behind whatever else the broker did, and at
+    1,000 partitions under load (97-partition transactions, snapshots, opening replicas, serving
+    fetches for all of them) that was seconds, long enough for a live broker to be fenced or to
+    lose the lease. As Kafka's broker heartbeats from its own thread, so does this one: liveness
+    means the process runs and reaches DynamoDB. Errors are logged and the duty runs again next time.
+    """
+
+    def __init__(self, name: str, interval_s: float, duty: Callable[[], None]) -> None:
+        self._interval_s = interval_s
+        self._duty = duty
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            started = time.monotonic()
+            try:
+                self._duty()
+            except MetadataError as exc:
+                log.warning("%s: %s", self._thread.name, exc)
+            except Exception:
+                log.exception("%s failed", self._thread.name)
+            self._stopped.wait(max(0.0, self._interval_s - (time.monotonic() - started)))
+
+    async def stop(self) -> None:
+        """Stop after the duty under way, if any, and wait for the thread to end."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join)

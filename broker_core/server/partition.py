@@ -36,6 +36,15 @@ PARTITION_METADATA_FILE = "partition.metadata"
 HIGH_WATERMARK_FILE = "high-watermark"
 
 
+def write_high_watermark_checkpoint(path: Path, high_watermark: int) -> None:
+    """Write a replica's HW checkpoint, without fsyncs: a broker writes one per replica whose HW
+    moved every checkpoint interval (1,000 replicas: 2,000 fsyncs each time, a third of a survivor's
+    time in a failover profile), and losing one to a power cut costs only a lower HW at the next
+    start, which the leader's HW (on a follower) or the followers' fetches (on a leader) move on;
+    a process crash loses nothing, the file being replaced by a rename."""
+    write_offset_checkpoint(path, high_watermark, durable=False)
+
+
 class VerificationGuard:
     """One verification in progress for a producer on a partition; a marker for the producer revokes it."""
 
@@ -121,7 +130,7 @@ class Partition:
         records consumers could already see stay visible even before followers report in."""
         due = self.high_watermark_checkpoint_due()
         if due is not None:
-            write_offset_checkpoint(due[0], due[1])
+            write_high_watermark_checkpoint(due[0], due[1])
             self.high_watermark_checkpointed(due[1])
 
     def high_watermark_checkpoint_due(self) -> tuple[Path, int] | None:

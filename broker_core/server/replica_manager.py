@@ -3,8 +3,11 @@
 `ReplicaManager.apply` reconciles the hosted replicas with a new image: it opens logs for
 partitions newly assigned here, switches roles on leader changes, and closes and removes the
 replicas of deleted topics and those reassigned to other brokers; given the partitions a metadata
-delta changed, it looks at those only. It runs on the event loop; opening a log (recovery) is quick
-enough for the partition counts a broker hosts here, and happens only when assignments change.
+delta changed, it looks at those only. It runs on the event loop. Opening a log is file work (a new
+log's files; after a crash, recovery of the active segment and its fsyncs): for hundreds of
+replicas that is seconds, in which a broker on the event loop would send no heartbeat and answer no
+request, so the caller first opens the missing replicas in a worker thread with `open_missing`
+and hands them to `apply`.
 
 A log that leaves (its replica closed for good, or a stray directory found at startup by
 `remove_stray_logs`) is renamed to a ``-delete`` directory at once and removed after
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from broker_core.log.log_directories import LogDeletions, stray_partition_directories
 from broker_core.metadata.image import MetadataImage
+from broker_core.metadata.state import PartitionState
 from broker_core.settings import effective
 
 from .config import BrokerConfig
@@ -45,20 +49,62 @@ class ReplicaManager:
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
-    def apply(self, image: MetadataImage, changed: Collection[tuple[str, int]] | None = None) -> list[Partition]:
+    @staticmethod
+    def _states(image: MetadataImage, changed: Collection[tuple[str, int]] | None
+                ) -> list[tuple[tuple[str, int], PartitionState]]:
+        if changed is None:
+            return list(image.partitions.items())
+        return [(key, image.partitions[key]) for key in changed if key in image.partitions]
+
+    def open_missing(self, image: MetadataImage,
+                     changed: Collection[tuple[str, int]] | None = None) -> dict[tuple[str, int], Partition]:
+        """Open the logs of the replicas `apply` (with the same arguments) would open: those ``image``
+        assigns here that are not hosted, or hosted under another topic id. Touches only files and
+        the new objects, so it may run in a worker thread while the event loop serves requests; the
+        caller hands the result to `apply` (or closes it if it does not)."""
+        me = self.config.broker_id
+        opened: dict[tuple[str, int], Partition] = {}
+        try:
+            for key, state in self._states(image, changed):
+                topic = image.topics.get(state.topic)
+                if me not in state.replicas or topic is None:
+                    continue
+                hosted = self.partitions.get(key)
+                if hosted is not None and hosted.topic_id == topic.topic_id:
+                    continue
+                if hosted is not None:
+                    continue  # its directory belongs to the old topic until `apply` closes it
+                opened[key] = Partition.open(self.data_dir, state.topic, state.partition, topic.topic_id,
+                                             self.config.log_config(topic.configs), me)
+        except BaseException:
+            for partition in opened.values():
+                partition.close()
+            raise
+        return opened
+
+    def apply(self, image: MetadataImage, changed: Collection[tuple[str, int]] | None = None,
+              opened: dict[tuple[str, int], Partition] | None = None) -> list[Partition]:
         """Bring hosted replicas in line with ``image``; returns partitions that became followers.
 
         With ``changed`` (a metadata delta: only these partitions' states differ from the image
         applied before) only those partitions are looked at, so a leader election that moves
         hundreds of partitions costs one pass over them, not over every partition hosted.
+        ``opened`` are replicas `open_missing` opened for this image; any it holds that are not
+        taken are closed.
         """
-        me = self.config.broker_id
         new_followers: list[Partition] = []
-        if changed is None:
-            states = image.partitions.items()
-        else:
-            states = [(key, image.partitions[key]) for key in changed if key in image.partitions]
-        for key, state in states:
+        ready = dict(opened or {})
+        try:
+            self._apply(image, changed, ready, new_followers)
+        finally:
+            for partition in ready.values():
+                partition.close()
+        return new_followers
+
+    def _apply(self, image: MetadataImage, changed: Collection[tuple[str, int]] | None,
+               ready: dict[tuple[str, int], Partition], new_followers: list[Partition]) -> None:
+        me = self.config.broker_id
+        for key, state in self._states(image, changed):
             if me not in state.replicas:
                 if changed is not None and key in self.partitions:
                     # Reassigned away (a partition-only change): deleted as in the full pass below.
@@ -71,10 +117,16 @@ class ReplicaManager:
             if partition is None or partition.topic_id != topic.topic_id:
                 if partition is not None:
                     partition.close()
-                partition = Partition.open(
-                    self.data_dir, state.topic, state.partition, topic.topic_id,
-                    self.config.log_config(topic.configs), me,
-                )
+                prepared = ready.pop(key, None)
+                if prepared is not None and prepared.topic_id == topic.topic_id:
+                    partition = prepared
+                else:
+                    if prepared is not None:
+                        prepared.close()
+                    partition = Partition.open(
+                        self.data_dir, state.topic, state.partition, topic.topic_id,
+                        self.config.log_config(topic.configs), me,
+                    )
                 self.partitions[key] = partition
             elif partition.applied_configs != topic.configs:
                 partition.log.reconfigure(self.config.log_config(topic.configs))
@@ -89,13 +141,12 @@ class ReplicaManager:
             else:
                 partition.replicas, partition.isr, partition.partition_epoch = replicas, isr, state.partition_epoch
         if changed is not None:
-            return new_followers
+            return
         for key in list(self.partitions):
             state = image.partitions.get(key)
             if state is None or me not in state.replicas:
                 # A replica reassigned away goes as Kafka's StopReplica(delete) does: its log is deleted.
                 self._drop(key, delete=True)
-        return new_followers
 
     def _drop(self, key: tuple[str, int], *, delete: bool) -> None:
         partition = self.partitions.pop(key)

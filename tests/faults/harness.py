@@ -256,7 +256,7 @@ def consume_everything(client_config: dict[str, str], topic: str, partitions: in
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
     })
     try:
-        high = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        high = {p: _high_watermark(consumer, topic, p) for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         remaining = {p for p in range(partitions) if high[p] > 0}
         records: list[ConsumedRecord] = []
@@ -274,6 +274,20 @@ def consume_everything(client_config: dict[str, str], topic: str, partitions: in
         return records, high
     finally:
         consumer.close()
+
+
+def _high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: float = HEAL_TIMEOUT_S) -> int:
+    """The partition's high watermark as the consumer asks its leader; asked again (as a client
+    retries) while the answer is that the broker asked no longer leads it: leadership may move while
+    the check runs (at 1,000 partitions, a broker fenced under load moves hundreds)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @dataclass
@@ -449,7 +463,7 @@ class FaultCluster:
     # what DynamoDB says --------------------------------------------------------------------------
 
     def partitions(self) -> tuple[PartitionState, ...]:
-        return self.store.snapshot().partitions[TOPIC]
+        return tuple(self.store.get_partitions(TOPIC))
 
     def partition(self, index: int) -> PartitionState:
         return self.store.get_partition(TOPIC, index)
@@ -467,8 +481,11 @@ class FaultCluster:
     def wait_until(self, what: str, condition: Callable[[], bool], timeout_s: float = HEAL_TIMEOUT_S) -> float:
         """Poll ``condition`` until it holds; returns the seconds waited, HarnessError after ``timeout_s``."""
         start = time.monotonic()
+        # Each check reads every partition from DynamoDB: at 1,000 partitions that is seconds of the
+        # local stack's moto, which a check every 0.1 s would keep from the brokers' own calls.
+        interval_s = 0.1 if self.partition_count <= 100 else 1.0
         try:
-            waiting.wait_until(condition, what, timeout_s)
+            waiting.wait_until(condition, what, timeout_s, interval_s=interval_s)
         except AssertionError as error:
             raise HarnessError(f"{error}; partitions {self.partitions()}") from None
         return time.monotonic() - start
@@ -567,8 +584,7 @@ class FaultCluster:
     def _consumer_high_watermarks(self) -> dict[int, int]:
         consumer = Consumer({**self.stack.client_config, "group.id": "fault-hw"})
         try:
-            return {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
-                    for p in range(self.partition_count)}
+            return {p: _high_watermark(consumer, TOPIC, p) for p in range(self.partition_count)}
         finally:
             consumer.close()
 

@@ -85,10 +85,41 @@ def test_files_left_by_an_interrupted_deletion_are_removed_on_open(tmp_path: Pat
         "00000000000000000000.log",
         "00000000000000000000.timeindex",
         "leader-epoch-checkpoint",
-        "log-start-offset",
         "recovery-point",
     ]
     assert reopened.log_end_offset == 1
+    reopened.close()
+
+
+def test_a_new_log_is_created_without_an_fsync_and_its_first_flush_makes_its_directory_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, LogConfig())
+    assert synced == []  # an empty new log is simply created again if a crash loses it
+    dir_fsyncs: list[int] = []
+    real_open = os.open
+
+    def noting_open(path: object, flags: int, *args: object) -> int:
+        fd = real_open(path, flags, *args)
+        if Path(str(path)) == directory:
+            dir_fsyncs.append(fd)
+        return fd
+
+    monkeypatch.setattr(os, "open", noting_open)
+    log.append(make_batch(3, 10, NOW), now_ms=NOW)
+    log.flush()
+    assert dir_fsyncs and set(dir_fsyncs) & set(synced)
+    log.close()
+    reopened = PartitionLog.open(directory, LogConfig())
+    assert reopened.log_end_offset == 3
     reopened.close()
 
 

@@ -393,5 +393,15 @@ def test_the_change_sequence_names_changed_partitions_and_gives_up_on_other_chan
     assert [(p.partition, p.isr) for p in sorted(store.get_partitions_by_key(keys), key=lambda p: p.partition)] == [
         (n, states[n].isr[:1]) for n in (1, 2, 3)]
     assert store.partition_changes(now, now) == set()
+    # The change items carry the states written, the latest of each partition winning.
+    store.update_partition(states[1].with_isr(states[1].isr), 1)  # partition 1 again: back to the full ISR
+    later = store.metadata_version()
+    keys, carried = store.partition_deltas(start, later)
+    assert keys == {f"{states[0].topic_id}:{n}" for n in (1, 2, 3)}
+    stored = {p.partition: p for p in store.get_partitions("t")}
+    assert sorted(carried, key=lambda p: p.partition) == [stored[1], stored[2], stored[3]]
+    assert stored[1].isr == states[1].isr and stored[1].partition_epoch == 2
+    assert store.partition_deltas(later, later) == (set(), [])
     store.alter_topic_configs("t", {"retention.ms": "1000"})  # not a partition change: read everything
     assert store.partition_changes(start, store.metadata_version()) is None
+    assert store.partition_deltas(start, store.metadata_version()) is None
