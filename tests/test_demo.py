@@ -12,6 +12,8 @@ import pytest
 FLOE = Path(sys.executable).parent / "floe"
 
 
+# In `make faults`, not `make test`: the whole demo, Spark included, takes about two minutes, a tenth of CI's budget; `make demo` runs it and every part of it has its own default-suite test.
+@pytest.mark.faults
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_small_demo_writes_reads_tiers_and_spark_reads_back_every_record(tmp_path: Path) -> None:

@@ -32,6 +32,9 @@ from tests.faults.harness import SECURITY
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
+# Runs in `make faults`, not in `make test`: two coordinator-broker kills and stops (about 30 s); groups/test_group_coordinator_protocol.py keeps group coordination in the default suite; the default suite must stay under CI's 20-minute budget.
+pytestmark = pytest.mark.faults
+
 PARTITIONS = 4
 TOPIC = "payments"
 GROUP = "payments-readers"

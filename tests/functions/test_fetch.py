@@ -170,6 +170,8 @@ def test_offsets_below_the_local_log_start_are_read_from_s3(api: HttpApi, make_t
     assert [(r["offset"], r["value"]["data"]) for r in middle["records"]][0] == (25, values[25])
 
 
+# In `make faults`, not `make test`: it stops every broker of a stack of its own (about 17 s).
+@pytest.mark.faults
 def test_tiered_history_stays_readable_with_every_broker_down(tmp_path: Path) -> None:
     stack = LocalStack(directory=tmp_path, brokers=1, overrides=HTTP_STACK_OVERRIDES, http=True)
     stack.start()

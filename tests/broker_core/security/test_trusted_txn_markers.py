@@ -22,6 +22,9 @@ from tests.support.stack import running_stack
 from tests.support.transactions import committed_values
 from tests.support.waiting import wait_until
 
+# Runs in `make faults`, not in `make test`: a secured stack of its own for one check (about 25 s); the default suite must stay under CI's 20-minute budget.
+pytestmark = pytest.mark.faults
+
 TOPIC = "ledger"
 
 

@@ -207,7 +207,7 @@ def test_a_throttled_connection_answers_the_next_request_once_the_throttle_time_
     assert asyncio.run(answers_in_window(datetime.timedelta(seconds=1), window_s=30.0)) == [2]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(8, 300_000), min_size=1, max_size=6), st.integers(0, 400_000),
        st.lists(st.integers(1, 200_000), min_size=1, max_size=8))
 def test_with_any_pool_the_frames_come_back_whole_and_every_byte_is_given_back(

@@ -6,11 +6,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from broker_core.client import ClientError, FloeClient
 from broker_core.records import SimpleRecord
 from tests.support.stack import running_stack
 from tests.support.transactions import READ_COMMITTED, raw_fetch, txn_batch, write_markers
 from tests.support.waiting import wait_until
+
+# Runs in `make faults`, not in `make test`: a leader change on a stack of its own (about 20 s); the default suite must stay under CI's 20-minute budget.
+pytestmark = pytest.mark.faults
 
 TOPIC = "txn-replicated"
 
