@@ -13,6 +13,10 @@ SYSSTAMP := $(VENV)/.floe-sysdeps
 QUIXSTREAMS_VERSION := 3.28.1
 QUIXSTAMP := $(VENV)/.floe-quixstreams-$(QUIXSTREAMS_VERSION)
 APT_PACKAGES := kcat redis-server redis-tools default-jre-headless
+# KafkaJS (tests/compat/test_transactions_kafkajs.py, in make faults) from the npm registry, at the
+# version package-lock.json names; Node.js and npm from Debian's packages when the machine lacks them.
+KAFKAJS_DIR := tests/compat/kafkajs
+KAFKAJS_STAMP := $(KAFKAJS_DIR)/node_modules/.floe-installed
 
 .PHONY: fuzz test demo bench faults lint sysdeps venv clean
 
@@ -45,10 +49,19 @@ $(SYSSTAMP): | $(STAMP)
 
 sysdeps: $(SYSSTAMP)
 
+$(KAFKAJS_STAMP): $(KAFKAJS_DIR)/package-lock.json
+	@if ! command -v npm >/dev/null; then \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
+	  echo "installing system packages: nodejs npm"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm; \
+	fi
+	npm ci --prefix $(KAFKAJS_DIR) --no-audit --no-fund --silent
+	touch $(KAFKAJS_STAMP)
+
 test: $(STAMP) $(QUIXSTAMP) $(SYSSTAMP)
 	$(PY) -m pytest -q -m "not faults" -p no:cacheprovider --durations=30
 
-faults: $(STAMP) $(QUIXSTAMP) $(SYSSTAMP)
+faults: $(STAMP) $(QUIXSTAMP) $(SYSSTAMP) $(KAFKAJS_STAMP)
 	$(PY) -m pytest -q -m faults -p no:cacheprovider
 	FLOE_FAULTS_SECURITY=sasl_ssl $(PY) -m pytest -q -m faults -p no:cacheprovider tests/faults
 
