@@ -283,6 +283,9 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("ssl.endpoint.identification.algorithm", _STRING, "https",
             "https: a broker checks that a peer broker's certificate names the host it connects to; empty: it "
             "checks the certificate chain only."),
+    _broker("ssl.enabled.protocols", _STRING, "TLSv1.2,TLSv1.3",
+            "The TLS versions a TLS listener (and this broker's TLS connections to other brokers) accepts: "
+            "TLSv1.2 and/or TLSv1.3; older versions are refused. With both, a peer able to do TLSv1.3 gets it."),
     _broker("ssl.handshake.timeout.ms", _INT, 10000,
             "A TLS handshake not complete after this long closes the connection."),
     _broker("sasl.enabled.mechanisms", _STRING, "GSSAPI",

@@ -29,6 +29,7 @@ from broker_core.settings import ConfigError
 
 Settings = Callable[[str], str]
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
 
 @contextmanager
@@ -73,6 +74,16 @@ def _keystore_pem(get: Settings) -> bytes | None:
     raise ConfigError(f"ssl.keystore.type {kind!r} is not supported (PEM or PKCS12)")
 
 
+def _set_protocols(context: ssl.SSLContext, get: Settings) -> None:
+    """Allow the TLS versions `ssl.enabled.protocols` names (Kafka's setting): TLSv1.2 and/or TLSv1.3."""
+    names = [name.strip() for name in get("ssl.enabled.protocols").split(",") if name.strip()]
+    unknown = [name for name in names if name not in PROTOCOLS]
+    if not names or unknown:
+        raise ConfigError(f"ssl.enabled.protocols must list TLSv1.2 and/or TLSv1.3, got {get('ssl.enabled.protocols')!r}")
+    versions = [PROTOCOLS[name] for name in names]
+    context.minimum_version, context.maximum_version = min(versions), max(versions)
+
+
 def _load_keystore(context: ssl.SSLContext, get: Settings, pem: bytes) -> None:
     kind = get("ssl.keystore.type").strip().upper()
     password = get("ssl.key.password") if kind == "PEM" else ""
@@ -104,7 +115,7 @@ def _load_truststore(context: ssl.SSLContext, get: Settings) -> bool:
 def server_context(get: Settings) -> ssl.SSLContext:
     """The TLS context of a listener: its keystore, and client certificates as `ssl.client.auth` says."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _set_protocols(context, get)
     pem = _keystore_pem(get)
     if pem is None:
         raise ConfigError("a TLS listener needs a keystore: ssl.keystore.location, or ssl.keystore.certificate.chain "
@@ -124,7 +135,7 @@ def client_context(get: Settings) -> ssl.SSLContext:
     against its truststore (the system's CAs without one) and, unless `ssl.endpoint.identification.algorithm`
     is empty, that they name the host connected to; it shows its keystore's certificate, if any."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # checks the certificate and the host name
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _set_protocols(context, get)
     algorithm = get("ssl.endpoint.identification.algorithm").strip().lower()
     if algorithm not in ("https", ""):
         raise ConfigError(f"ssl.endpoint.identification.algorithm must be https or empty, got {algorithm!r}")
