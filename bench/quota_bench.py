@@ -12,6 +12,10 @@ One broker (local stack), librdkafka clients (confluent-kafka), each in its own 
   client id far above what it sends (so every Produce is measured but none throttled), against no
   quotas at all (goal >= 0.95); the two alternate which goes first.
 
+The broker throttles producer bytes with KIP-599's token bucket (burst: one span of the quota), so
+after the warm-up a busy producer is paced at its quota; consumer bytes with Kafka's sampled rate
+and a one-window pacing bucket (docs/operations.md, "Client quotas").
+
 The limited producer and consumer are librdkafka's by default, or kafka-python's with
 ``--limited-client kafka-python``. kafka-python waits out a response's throttle_time itself
 (KIP-219); librdkafka only reports it (its KIP table lists KIP-219 as not supported), so a librdkafka
@@ -237,6 +241,7 @@ def one_run(number: int, servers: str, warmup_s: float, measure_s: float, limite
             "unthrottled_kept": together[free]["bytes_per_s"] / alone["bytes_per_s"],
         }
         figures = run[f"{quota // MIB}_mib_s"]
+        figures["load_average"] = list(os.getloadavg())  # 1, 5, 15 minutes, at the end of the phase
         # A limited client that was never throttled did not reach its quota: its figure then measures
         # what the machine let it send (neighbours' load), not the quota. Only librdkafka reports throttles
         # (kafka-python's count is -1: unknown).
