@@ -16,11 +16,11 @@ producer whose requests are large against its quota (librdkafka's default `batch
 1 MiB/s one request is a tenth of the span) then runs a saw-tooth: a burst of ``samples - 1``
 windows' worth whenever the previous burst's sample expires, throttles of about two request-times
 per request while it is held, and again. A broker log of every Produce of such a producer showed a
-period of about 11.5 s, so any count over a few tens of seconds lands between 0.78 and 1.3 of the
-quota depending on where it starts (bench/quota_bench.py, docs/performance.md "Client quotas").
-KIP-599's bucket (burst ``quota * samples * window``, refilled at the quota) lets an idle client
-burst as much as Kafka's windows do, but a busy one pays each request back exactly: the throttle is
-the time the bucket needs to refill to zero.
+period of about 11.5 s, so a count over 22 s measured 0.78 of the quota, or up to 1.16, depending
+on where it started (bench/quota_bench.py, docs/performance.md "Client quotas"). KIP-599's bucket
+(burst ``quota * samples * window``, refilled at the quota) lets an idle client burst about as much
+as Kafka's windows do, but a busy one pays each request back exactly: the throttle is the time the
+bucket needs to refill to zero.
 
 Measurements idle for longer than the quota span are dropped (Kafka expires its quota sensors after
 an hour of inactivity; a span is enough, since an idle span leaves nothing to measure).
