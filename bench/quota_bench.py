@@ -12,6 +12,10 @@ One broker (local stack), librdkafka clients (confluent-kafka), each in its own 
   client id far above what it sends (so every Produce is measured but none throttled), against no
   quotas at all (goal >= 0.95); the two alternate which goes first.
 
+The broker throttles producer bytes with KIP-599's token bucket (burst: one span of the quota), so
+after the warm-up a busy producer is paced at its quota; consumer bytes with Kafka's sampled rate
+and a one-window pacing bucket (docs/operations.md, "Client quotas").
+
 The limited producer and consumer are librdkafka's by default, or kafka-python's with
 ``--limited-client kafka-python``. kafka-python waits out a response's throttle_time itself
 (KIP-219); librdkafka only reports it (its KIP table lists KIP-219 as not supported), so a librdkafka
@@ -20,7 +24,11 @@ producer is held to its quota only by the broker muting its connection after a t
 Byte counts are payload bytes (values of 1000 bytes); the broker counts whole requests, a few percent
 more. Medians over runs go to bench/results/quota_bench_<limited client>.json.
 
-    .venv/bin/python bench/quota_bench.py [--runs 3] [--limited-client confluent|kafka-python]
+    .venv/bin/python bench/quota_bench.py [--runs 3] [--limited-client confluent|confluent-defaults|kafka-python]
+        [--quotas 1,10] [--no-overhead]
+
+``confluent-defaults`` runs the limited producer with librdkafka's default settings (the unthrottled
+producers keep the bench's); ``--quotas 1 --no-overhead`` measures only the 1 MiB/s phases.
 """
 
 from __future__ import annotations
@@ -58,7 +66,7 @@ MAX_UNACKED = 8 * MIB // VALUE_BYTES
 
 
 def produce_for(servers: str, client_id: str, start: float, warmup_s: float, measure_s: float,
-                results: Any) -> None:
+                results: Any, settings: dict[str, str] = PRODUCER_SETTINGS) -> None:
     """Produce 1000-byte values as fast as allowed until start + warmup + measure; put the bytes
     delivered during the measured part (and the throttle reports) on ``results``."""
     delivered = [0]
@@ -69,7 +77,7 @@ def produce_for(servers: str, client_id: str, start: float, warmup_s: float, mea
         if err is None and begin <= time.time() <= end:
             delivered[0] += len(msg.value())
 
-    producer = Producer({"bootstrap.servers": servers, "client.id": client_id, **PRODUCER_SETTINGS,
+    producer = Producer({"bootstrap.servers": servers, "client.id": client_id, **settings,
                          "throttle_cb": lambda event: throttles.append(event.throttle_time)})
     value = b"q" * VALUE_BYTES
     while time.time() < end:
@@ -83,6 +91,13 @@ def produce_for(servers: str, client_id: str, start: float, warmup_s: float, mea
     producer.purge()
     producer.flush(1)
     results.put((client_id, delivered[0] / measure_s, len(throttles), sum(throttles)))
+
+
+def produce_defaults_for(servers: str, client_id: str, start: float, warmup_s: float, measure_s: float,
+                         results: Any) -> None:
+    """`produce_for` with librdkafka's default settings (acks=all, batch.size 1 MB, a queue of up to
+    100,000 messages or 1 GiB): what a user who sets nothing runs."""
+    produce_for(servers, client_id, start, warmup_s, measure_s, results, settings={})
 
 
 def produce_kafka_python_for(servers: str, client_id: str, start: float, warmup_s: float, measure_s: float,
@@ -168,8 +183,10 @@ def consume_for(servers: str, client_id: str, start: float, warmup_s: float, mea
     results.put((client_id, received / measure_s, len(throttles), sum(throttles)))
 
 
-# The quota-limited producer and consumer: librdkafka (the issue's client) or kafka-python.
+# The quota-limited producer and consumer: librdkafka (the issue's client; with the bench's settings
+# or its defaults) or kafka-python.
 LIMITED_CLIENTS = {"confluent": (produce_for, consume_for),
+                   "confluent-defaults": (produce_defaults_for, consume_for),
                    "kafka-python": (produce_kafka_python_for, consume_kafka_python_for)}
 
 
@@ -217,9 +234,10 @@ def prefill(servers: str) -> None:
     assert producer.flush(120) == 0
 
 
-def one_run(number: int, servers: str, warmup_s: float, measure_s: float, limited: str) -> dict[str, Any]:
+def one_run(number: int, servers: str, warmup_s: float, measure_s: float, limited: str,
+            quotas: tuple[int, ...] = QUOTAS, overhead_phase: bool = True) -> dict[str, Any]:
     run: dict[str, Any] = {}
-    for quota in QUOTAS:
+    for quota in quotas:
         tag = f"{quota // MIB}mib_r{number}"
         limited_producer, limited_consumer, free = f"limited-producer-{tag}", f"limited-consumer-{tag}", f"free-{tag}"
         set_quota(servers, [("client-id", limited_producer)], "producer_byte_rate", quota)
@@ -237,6 +255,7 @@ def one_run(number: int, servers: str, warmup_s: float, measure_s: float, limite
             "unthrottled_kept": together[free]["bytes_per_s"] / alone["bytes_per_s"],
         }
         figures = run[f"{quota // MIB}_mib_s"]
+        figures["load_average"] = list(os.getloadavg())  # 1, 5, 15 minutes, at the end of the phase
         # A limited client that was never throttled did not reach its quota: its figure then measures
         # what the machine let it send (neighbours' load), not the quota. Only librdkafka reports throttles
         # (kafka-python's count is -1: unknown).
@@ -248,6 +267,8 @@ def one_run(number: int, servers: str, warmup_s: float, measure_s: float, limite
               f"{figures['consumer']['rate_over_quota']:.3f} ({figures['consumer']['throttle_reports']} throttles), "
               f"unthrottled kept {figures['unthrottled_kept']:.3f} (alone {alone['bytes_per_s'] / MIB:.1f} MiB/s), "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    if not overhead_phase:
+        return run
     overhead = {}
     order = ("defined", "none") if number % 2 == 0 else ("none", "defined")
     for state in order:
@@ -278,8 +299,11 @@ def main() -> None:
     parser.add_argument("--measure", type=float, default=22.0, help="seconds counted (two quota spans)")
     parser.add_argument("--limited-client", choices=sorted(LIMITED_CLIENTS), default="confluent",
                         help="the client library of the quota-limited producer and consumer")
+    parser.add_argument("--quotas", default="1,10", help="the quotas to measure, MiB/s, comma-separated")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the overhead phase")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
+    quotas = tuple(int(value) * MIB for value in args.quotas.split(","))
     with tempfile.TemporaryDirectory(prefix="quota-bench-") as scratch:
         stack = LocalStack(directory=Path(scratch) / "stack", brokers=1,
                            overrides={"log.retention.check.interval.ms": "2000"})
@@ -294,12 +318,13 @@ def main() -> None:
             runs = []
             for number in range(args.runs):
                 print(f"run {number + 1}/{args.runs}", flush=True)
-                runs.append(one_run(number, servers, args.warmup, args.measure, args.limited_client))
+                runs.append(one_run(number, servers, args.warmup, args.measure, args.limited_client, quotas,
+                                    not args.no_overhead))
         finally:
             stack.stop(save_state=False)
 
     summary: dict[str, Any] = {}
-    for quota in QUOTAS:
+    for quota in quotas:
         key = f"{quota // MIB}_mib_s"
         summary[key] = {
             "producer_rate_over_quota": median(runs, key, "producer", "rate_over_quota"),
@@ -307,13 +332,17 @@ def main() -> None:
             "unthrottled_kept": median(runs, key, "unthrottled_kept"),
             "unthrottled_alone_mib_s": median(runs, key, "unthrottled_alone", "bytes_per_s") / MIB,
         }
-    summary["overhead_ratio"] = median(runs, "overhead", "ratio")
+    if not args.no_overhead:
+        summary["overhead_ratio"] = median(runs, "overhead", "ratio")
     result = {
         **result_header("quota_bench", {**machine_info(), "load_average_at_end": os.getloadavg()}),
         "versions": {"librdkafka": confluent_kafka.libversion()[0]},
         "settings": {"runs": args.runs, "limited_client": args.limited_client, "warmup_s": args.warmup, "measure_s": args.measure, "value_bytes": VALUE_BYTES,
                      "quota_window": "Kafka's defaults: quota.window.num=11, quota.window.size.seconds=1",
-                     "producer": PRODUCER_SETTINGS},
+                     "producer": PRODUCER_SETTINGS,
+                     "limited_producer": "librdkafka defaults" if args.limited_client == "confluent-defaults"
+                     else "as producer",
+                     "quotas_mib_s": [quota // MIB for quota in quotas], "overhead_phase": not args.no_overhead},
         "goals": {"rate_over_quota": [0.9, 1.1], "unthrottled_kept": 0.8, "overhead_ratio": 0.95},
         "median": summary,
         "runs": runs,

@@ -2,13 +2,25 @@
 
 The broker holds the configured quotas (`ClientQuotas`, replaced whole when the stored quotas
 change) and, per quota key and client group (see `entities`), a measurement: a `SampledRate` for
-``producer_byte_rate`` (request bytes), ``consumer_byte_rate`` (fetched bytes) and
-``request_percentage`` (the share of one second the broker's event loop spent handling the group's
-requests, in percent: 100 is the whole loop), a `TokenBucket` for ``controller_mutation_rate``
+``consumer_byte_rate`` (fetched bytes) and ``request_percentage`` (the share of one second the
+broker's event loop spent handling the group's requests, in percent: 100 is the whole loop), a
+`TokenBucket` for ``producer_byte_rate`` (request bytes) and for ``controller_mutation_rate``
 (partitions created and deleted). Every ``record_*`` call answers the throttle time in seconds, 0
 when the client is within its quota; the handlers put it in the response's ``throttle_time`` and the
 listener mutes the connection that long after sending it (KIP-219). A client no quota applies to
 costs one dictionary lookup per request: nothing is measured.
+
+Why the producer's bytes go to a token bucket, not to Kafka's sampled rate: Kafka's Rate holds a
+burst in one sample until the sample expires (its own `TokenBucket` javadoc says so, KIP-599). A
+producer whose requests are large against its quota (librdkafka's default `batch.size` is 1 MB; at
+1 MiB/s one request is a tenth of the span) then runs a saw-tooth: a burst of ``samples - 1``
+windows' worth whenever the previous burst's sample expires, throttles of about two request-times
+per request while it is held, and again. A broker log of every Produce of such a producer showed a
+period of about 11.5 s, so a count over 22 s measured 0.78 of the quota, or up to 1.16, depending
+on where it started (bench/quota_bench.py, docs/performance.md "Client quotas"). KIP-599's bucket
+(burst ``quota * samples * window``, refilled at the quota) lets an idle client burst about as much
+as Kafka's windows do, but a busy one pays each request back exactly: the throttle is the time the
+bucket needs to refill to zero.
 
 Measurements idle for longer than the quota span are dropped (Kafka expires its quota sensors after
 an hour of inactivity; a span is enough, since an idle span leaves nothing to measure).
@@ -66,6 +78,8 @@ class QuotaManager:
         self._rates: dict[tuple[str, tuple[str, str]], SampledRate] = {}
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._fetch_buckets: dict[tuple[str, str], TokenBucket] = {}
+        # per client group: its bucket and the quota it last refilled at (for the idle sweep)
+        self._produce_buckets: dict[tuple[str, str], tuple[TokenBucket, float]] = {}
         self._pacing_window = WindowConfig(samples=1, window_s=windows.window_s)
         self._next_sweep_s = clock() + _SWEEP_INTERVAL_S
 
@@ -81,7 +95,27 @@ class QuotaManager:
     # byte rates and request time -------------------------------------------------------------
 
     def record_produce(self, identity: ClientIdentity, nbytes: int) -> float:
-        return self._record(PRODUCER_BYTE_RATE, identity, nbytes, self.windows.span_s)
+        """Take a Produce request's size from its client group's token bucket (see the module doc);
+        the throttle is the time the bucket needs to refill to zero, bounded by one span (a larger
+        debt stays in the bucket and throttles the next request)."""
+        if PRODUCER_BYTE_RATE not in self._keys:
+            return 0.0
+        match = self.quotas.resolve(identity, PRODUCER_BYTE_RATE)
+        if match is None:
+            return 0.0
+        now = self.clock()
+        found = self._produce_buckets.get(match.group)
+        if found is None:
+            self._maybe_sweep(now)
+            bucket = TokenBucket(self.windows, match.limit, now)
+        else:
+            bucket = found[0]
+        self._produce_buckets[match.group] = (bucket, match.limit)
+        bucket.record(nbytes, match.limit, now)
+        throttle_s = min(bucket.throttle_s(match.limit, now), self.windows.span_s)
+        if self.observer is not None:
+            self.observer(PRODUCER_BYTE_RATE, match.group, nbytes, throttle_s)
+        return throttle_s
 
     def record_fetch(self, identity: ClientIdentity, nbytes: int) -> float:
         self._pace_fetch(identity, nbytes)
@@ -194,3 +228,6 @@ class QuotaManager:
         self._rates = {k: r for k, r in self._rates.items() if r.last_record_s >= idle_rate}
         self._buckets = {k: b for k, b in self._buckets.items() if b.last_record_s >= idle_bucket}
         self._fetch_buckets = {k: b for k, b in self._fetch_buckets.items() if b.last_record_s >= idle_rate}
+        # A producer bucket idle for a span is dropped once it has refilled (a debt is not forgiven).
+        self._produce_buckets = {k: (b, q) for k, (b, q) in self._produce_buckets.items()
+                                 if b.last_record_s >= idle_rate or b.available(q, now) < q * self.windows.span_s}

@@ -8,10 +8,10 @@ value takes the rate above the quota, the throttle is Kafka's: ``(rate - quota) 
 the time the client must stay silent for the rate over the span to fall back to the quota, bounded
 by ``max_throttle_s``.
 
-`TokenBucket` is KIP-599's measure of controller mutations: it holds up to ``quota * samples *
-window_s`` tokens (the burst), refills at ``quota`` per second, and a recorded value takes its
-count of tokens, which may go negative; while it is negative the quota is exceeded and the throttle
-is the time to refill to zero.
+`TokenBucket` is KIP-599's measure of controller mutations, which Floe also uses for producer bytes
+(see `manager`): it holds up to ``quota * samples * window_s`` tokens (the burst), refills at
+``quota`` per second, and a recorded value takes its count of tokens, which may go negative; while
+it is negative the quota is exceeded and the throttle is the time to refill to zero.
 
 Times are seconds on the caller's monotonic clock, passed in, so tests need no sleeping. Not thread
 safe: a broker uses them from its event loop only.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from broker_core.quotas.entities import DEFAULT as DEFAULT_ENTITY
@@ -52,7 +54,8 @@ def test_a_client_that_waits_its_throttles_out_runs_at_its_quota() -> None:
         throttle = manager.record_produce(identity, 65536)
         sent += 65536
         now[0] += 0.001 + throttle
-    assert sent / now[0] == pytest.approx(100_000, rel=0.1)
+    # The quota for the whole time, plus the burst an idle client starts with (KIP-599: one span).
+    assert sent == pytest.approx(100_000 * (now[0] + KAFKA.span_s), rel=0.02)
 
 
 def test_a_client_without_a_quota_is_never_throttled() -> None:
@@ -138,3 +141,77 @@ def test_the_token_bucket_allows_a_burst_then_refills_at_the_quota() -> None:
 
 
 
+
+# ---- producer_byte_rate: KIP-599's token bucket -----------------------------------------------
+
+MIB = 1024 * 1024
+
+
+def produce_saturated(throttle_of: Callable[[int, float], float], request: int, seconds: float) -> list[tuple[float, int]]:
+    """A producer that always has a ``request``-byte batch waiting and sends it once the broker
+    reads again (the mute after a throttled response); (time, bytes) of each request."""
+    sent: list[tuple[float, int]] = []
+    now = 0.0
+    while now < seconds:
+        throttle = throttle_of(request, now)
+        sent.append((now, request))
+        now += 0.005 + throttle
+    return sent
+
+
+def counts_over(sent: list[tuple[float, int]], span_s: float, starts: range) -> list[float]:
+    """Bytes per second sent in [start, start + span_s), for each start."""
+    return [sum(size for at, size in sent if start <= at < start + span_s) / span_s for start in starts]
+
+
+def test_kafkas_sampled_rate_lets_a_producer_of_large_requests_saw_tooth() -> None:
+    """Why the producer's bytes go to a token bucket: 1 MB requests against a 1 MiB/s quota, each
+    throttle as Kafka computes it from its sampled rate, make a burst whenever the previous burst's
+    sample expires, so counts over 22 s differ by where they start."""
+    rate = SampledRate(KAFKA, now_s=0.0)
+
+    def kafka_throttle(size: int, now: float) -> float:
+        rate.record(size, now)
+        return rate.throttle_s(MIB, now, max_throttle_s=KAFKA.span_s)
+
+    counts = counts_over(produce_saturated(kafka_throttle, 1_000_000, 150.0), 22.0, range(12, 120))
+    assert max(counts) / MIB > 1.1 and min(counts) / MIB < 0.9
+
+
+def test_a_producer_of_large_requests_gets_its_quota_over_any_22_seconds() -> None:
+    now = [0.0]
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: now[0])
+    manager.apply(ClientQuotas({QuotaEntity(None, "p"): {PRODUCER_BYTE_RATE: float(MIB)}}))
+    identity = client_identity("p")
+
+    def floe_throttle(size: int, at: float) -> float:
+        now[0] = at
+        return manager.record_produce(identity, size)
+
+    counts = counts_over(produce_saturated(floe_throttle, 1_000_000, 150.0), 22.0, range(12, 120))
+    # Exact but for one request (1 MB of 22 MiB, 0.043) at either end of a count.
+    assert all(0.95 < count / MIB < 1.05 for count in counts), (min(counts) / MIB, max(counts) / MIB)
+
+
+def test_an_idle_producer_may_burst_one_span_of_its_quota() -> None:
+    now = [0.0]
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: now[0])
+    manager.apply(ClientQuotas({QuotaEntity(None, "p"): {PRODUCER_BYTE_RATE: 1000.0}}))
+    identity = client_identity("p")
+    assert manager.record_produce(identity, 11_000) == 0.0  # the burst: 1000 B/s times 11 windows of 1 s
+    assert manager.record_produce(identity, 500) == pytest.approx(0.5)  # the time to refill 500 bytes
+    now[0] = 0.5
+    assert manager.record_produce(identity, 0) == 0.0
+
+
+def test_a_producer_debt_beyond_one_span_throttles_the_next_request_too() -> None:
+    now = [0.0]
+    manager = QuotaManager(KAFKA, KAFKA, clock=lambda: now[0])
+    manager.apply(ClientQuotas({QuotaEntity(None, DEFAULT_ENTITY): {PRODUCER_BYTE_RATE: 1000.0}}))
+    identity = client_identity("big")
+    assert manager.record_produce(identity, 100_000) == KAFKA.span_s  # a debt of 89 s, muted for one span
+    now[0] = 70.0  # past the idle sweep, which another client's first request runs
+    assert manager.record_produce(client_identity("other"), 1) == 0.0
+    assert manager.record_produce(identity, 0) == pytest.approx(KAFKA.span_s)  # 19 s of debt left, not forgiven
+    now[0] = 89.0
+    assert manager.record_produce(identity, 0) == 0.0
