@@ -398,22 +398,21 @@ class Broker:
             await self.parts.fetchers.update()
 
     async def _apply_delta(self, version: int) -> bool:
-        """Bring the image to ``version`` by reading only the partitions changed since its version
-        (the change sequence, ``MetadataStore.partition_changes``); False if the versions between
-        hold any other kind of change (then the caller reads a whole snapshot)."""
-        delta = await asyncio.to_thread(self.store.partition_deltas, self.image.version, version)
+        """Bring the image to ``version`` from the change sequence (``MetadataStore.metadata_delta``):
+        partition changes, topics created, grown, reconfigured or deleted; False if the versions
+        between hold any other kind of change (then the caller reads a whole snapshot)."""
+        delta = await asyncio.to_thread(self.store.metadata_delta, self.image.version, version)
         if delta is None:
             return False
-        keys, states = delta
-        if states is None:  # a change item without the states: read the partitions it names
-            states = await asyncio.to_thread(self.store.get_partitions_by_key, keys) if keys else []
-        image = self.image.with_partitions(version, states)
+        image = self.image.with_delta(version, delta)
         if image is None:
             return False
-        changed = {(s.topic, s.partition) for s in states}
+        changed = self.image.keys_changed_by(delta)
         opened = await asyncio.to_thread(self.replicas.open_missing, image, changed)
         self.image = image
         self.replicas.apply(image, changed=changed, opened=opened)
+        if delta.deleted_topic_ids:
+            self.metrics.forget_topics_except(image.topics)
         await self.parts.fetchers.update()
         return True
 

@@ -974,9 +974,12 @@ class RequestHandlers:
     async def _refresh_after_change(self, what: str) -> None:
         """Read the metadata this broker just changed, so its next answers show the change. The change
         is written whatever this read does: if DynamoDB does not answer it, the regular poll catches
-        up, and the request is still answered with what was done."""
+        up, and the request is still answered with what was done. Read as the regular poll does, from
+        the change sequence (a topic created or deleted is one change item, not a read of every
+        partition)."""
         try:
-            await self.context.refresh_metadata()
+            version = await asyncio.to_thread(self.context.store.metadata_version)
+            await self.context.refresh_metadata(unless_at=version)
         except meta_errors.MetadataError as exc:
             log.warning("%s: written, but re-reading the metadata failed (the next poll will): %s", what, exc)
 

@@ -104,10 +104,15 @@ class ReplicaManager:
     def _apply(self, image: MetadataImage, changed: Collection[tuple[str, int]] | None,
                ready: dict[tuple[str, int], Partition], new_followers: list[Partition]) -> None:
         me = self.config.broker_id
+        if changed is not None:
+            for key in changed:
+                if key in self.partitions and key not in image.partitions:
+                    # Its topic deleted (a delta): the log is deleted as in the full pass below.
+                    self._drop(key, delete=True)
         for key, state in self._states(image, changed):
             if me not in state.replicas:
                 if changed is not None and key in self.partitions:
-                    # Reassigned away (a partition-only change): deleted as in the full pass below.
+                    # Reassigned away (a delta): deleted as in the full pass below.
                     self._drop(key, delete=True)
                 continue
             topic = image.topics.get(state.topic)
