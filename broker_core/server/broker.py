@@ -414,6 +414,7 @@ class Broker:
         image = self.image.with_delta(version, delta)
         if image is None:
             return False
+        started = time.monotonic()
         changed = self.image.keys_changed_by(delta)
         opened = await asyncio.to_thread(self.replicas.open_missing, image, changed)
         self.image = image
@@ -421,6 +422,10 @@ class Broker:
         if delta.deleted_topic_ids:
             self.metrics.forget_topics_except(image.topics)
         await self.parts.fetchers.update()
+        if delta.topics or delta.deleted_topic_ids:  # rare; partition changes are counted in metrics instead
+            log.info("metadata version %d applied from the change sequence: topics %s created or changed, %d "
+                     "deleted, %d partitions, %d replicas opened, in %.2f s", version, sorted(delta.topics),
+                     len(delta.deleted_topic_ids), len(delta.partitions), len(opened), time.monotonic() - started)
         return True
 
     def controller_check_interval_s(self) -> float:
