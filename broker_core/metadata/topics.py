@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from pynamodb.exceptions import PutError
@@ -52,6 +53,9 @@ from broker_core.retry import LostRace, retry_lost_races
 MAX_TOPIC_NAME_LENGTH = 249
 # DynamoDB's TransactWriteItems takes 100 items: these partitions, the lease check, the version and the change item.
 PARTITIONS_PER_TRANSACTION = 97
+# DynamoDB's BatchWriteItem takes 25 items; a new topic's partition items go in this many requests at once.
+BATCH_WRITE_ITEMS = 25
+PARALLEL_BATCH_WRITES = 4
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -258,9 +262,7 @@ class TopicCatalog(BrokerRegistry):
             )
             for index, replicas in enumerate(assignment)
         ]
-        with partition_model.batch_write() as batch:
-            for partition_item in partition_items:
-                batch.save(partition_item)
+        self._put_partition_items(partition_items)
         topic = self.models.topic
         topic_item = topic(
             name,
@@ -362,6 +364,26 @@ class TopicCatalog(BrokerRegistry):
         if self.transact_change(f"delete topic {name}", build, topics=encode_topic_changes(deleted=[topic_id])) is not None:
             raise UnknownTopicError(name)
         self._delete_partition_items(list(self.models.partition.query(topic_id, consistent_read=True)))
+
+    def _put_partition_items(self, items: Sequence[PartitionItem]) -> None:
+        """BatchWriteItem requests (25 items each) of several threads at once: a topic of 1,000
+        partitions is 40 requests, which one after another took seconds of the CreateTopics answer
+        (the local stack's moto answers each in tens of milliseconds; DynamoDB serves them in parallel)."""
+        chunks = [items[i:i + BATCH_WRITE_ITEMS] for i in range(0, len(items), BATCH_WRITE_ITEMS)]
+
+        def put(chunk: Sequence[PartitionItem]) -> None:
+            with self.models.partition.batch_write() as batch:
+                for item in chunk:
+                    batch.save(item)
+
+        if len(chunks) <= 1:
+            for chunk in chunks:
+                put(chunk)
+            return
+        with ThreadPoolExecutor(max_workers=min(PARALLEL_BATCH_WRITES, len(chunks)),
+                                thread_name_prefix="partition-items") as pool:
+            for done in [pool.submit(put, chunk) for chunk in chunks]:
+                done.result()
 
     def _delete_partition_items(self, items: Iterable[PartitionItem]) -> None:
         with self.models.partition.batch_write() as batch:
