@@ -147,7 +147,10 @@ def create_topic(stack: LocalStack, store: MetadataStore, partitions: int) -> No
 
 
 def run_case(partitions: int, profile: str, idle_s: float, directory: Path, failover: bool) -> dict[str, Any]:
-    overrides = PROFILES[profile]
+    overrides = dict(PROFILES[profile])
+    if partitions * 3 // BROKERS > 4000:
+        # floe.max.replicas.per.broker (default 4,000) would refuse the topic with POLICY_VIOLATION.
+        overrides["floe.max.replicas.per.broker"] = str(partitions * 3 // BROKERS)
     session_timeout_ms = int(overrides.get("broker.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
     stack = LocalStack(directory=directory, brokers=BROKERS, overrides=overrides)
     stack.start()
