@@ -10,10 +10,11 @@ one topic of N partitions with replication factor 3 and min.insync.replicas=2, a
   client traffic, as a percentage of one core;
 - RSS: each broker's resident set before the topic exists and after, and the difference per
   partition replica it hosts;
-- failover: SIGKILL of the broker that leads the most partitions; from the kill, a prober sends
-  one-record acks=all Produce requests (up to 100 pending partitions a request) to whichever broker
-  the surviving brokers' Metadata answers, or a NOT_LEADER_OR_FOLLOWER answer's KIP-951 hint, name
-  as each partition's leader, until every partition has accepted one. The time each partition first accepted a write, as a multiple of
+- failover: SIGKILL of the broker that leads the most partitions; from the kill, a prober
+  (``broker_core.client.write_probe``, shared with the kill-leader fault test) sends one-record
+  acks=all Produce requests (up to 100 pending partitions a request) to whichever broker the
+  surviving brokers' Metadata answers, or a NOT_LEADER_OR_FOLLOWER answer's KIP-951 hint, name as
+  each partition's leader, until every partition has accepted one. The time each partition first accepted a write, as a multiple of
   ``broker.session.timeout.ms``: p50, p99 and max over the partitions (goal max <= 2x). The prober
   also counts the answers it got: NOT_LEADER_OR_FOLLOWER, and REQUEST_TIMED_OUT (the failure mode
   issue 26 reports).
@@ -49,11 +50,10 @@ from kio.schema.errors import ErrorCode  # noqa: E402
 
 from bench.machine import machine_info  # noqa: E402
 from broker_core.client import BrokerConnection  # noqa: E402
-from broker_core.client.errors import BrokerConnectionError  # noqa: E402
+from broker_core.client.write_probe import WriteProbe  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.metadata.store import MetadataStore  # noqa: E402
 from broker_core.protocol.api_keys import ApiKey  # noqa: E402
-from broker_core.records import SimpleRecord, build_batch  # noqa: E402
 
 TOPIC = "scale"
 BROKERS = 3
@@ -106,136 +106,14 @@ def load_average() -> list[float]:
 # the prober --------------------------------------------------------------------------------------
 
 
-class Prober:
-    """Sends acks=all one-record writes to each pending partition's leader until each accepted one.
+def write_probe(stack: LocalStack, partitions: int) -> WriteProbe:
+    """The probe of ``broker_core.client.write_probe`` over the stack's live brokers."""
+    def live_brokers() -> dict[int, tuple[str, int]]:
+        return {b: (stack.host, p.port) for b, p in stack.processes.items() if p.alive()}
 
-    It learns leaders as a current client does: from Metadata answers of a live broker (asked again
-    at most every `METADATA_REFRESH_S` while some partition's leader is unknown or refused), and
-    from the new leader a NOT_LEADER_OR_FOLLOWER answer names (KIP-951, Produce v10+).
-    """
-
-    def __init__(self, stack: LocalStack, partitions: int) -> None:
-        self.stack = stack
-        self.pending = set(range(partitions))
-        self.accepted_at: dict[int, float] = {}
-        self.answers: dict[str, int] = {}
-        self.hinted_leaders = 0  # NOT_LEADER_OR_FOLLOWER answers naming a current leader (KIP-951)
-        self.leader_of: dict[int, int] = {}
-        self._metadata_due = 0.0
-        self._connections: dict[int, BrokerConnection] = {}
-        self._connecting = asyncio.Lock()  # concurrent probes of one broker share its connection
-
-    async def _connection(self, broker_id: int) -> BrokerConnection | None:
-        async with self._connecting:
-            return await self._connect(broker_id)
-
-    async def _connect(self, broker_id: int) -> BrokerConnection | None:
-        connection = self._connections.get(broker_id)
-        if connection is not None and connection.connected:
-            return connection
-        process = self.stack.processes.get(broker_id)
-        if process is None or not process.alive():
-            return None
-        connection = BrokerConnection(self.stack.host, process.port, request_timeout_s=PROBE_TIMEOUT_MS / 1000 + 5)
-        try:
-            await connection.connect()
-        except BrokerConnectionError:
-            return None
-        self._connections[broker_id] = connection
-        return connection
-
-    async def _refresh_leaders(self) -> None:
-        for broker_id, process in sorted(self.stack.processes.items()):
-            if not process.alive():
-                continue
-            connection = await self._connection(broker_id)
-            if connection is None:
-                continue
-            try:
-                response = await connection.send(ApiKey.METADATA, {
-                    "topics": [{"name": TOPIC, "topic_id": None}], "allow_auto_topic_creation": False,
-                    "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
-            except BrokerConnectionError:
-                continue
-            for topic in response.topics:
-                for p in topic.partitions:
-                    self.leader_of[p.partition_index] = p.leader_id
-            return
-
-    async def _probe(self, broker_id: int, partitions: list[int], start: float) -> None:
-        connection = await self._connection(broker_id)
-        if connection is None:
-            self._count("connection refused", len(partitions))
-            self._metadata_due = 0.0
-            return
-        batch = build_batch([SimpleRecord(value=b"probe")])
-        try:
-            response = await connection.send(ApiKey.PRODUCE, {
-                "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(milliseconds=PROBE_TIMEOUT_MS),
-                "topic_data": [{"name": TOPIC, "partition_data": [
-                    {"index": p, "records": batch} for p in partitions]}],
-            })
-        except BrokerConnectionError:
-            self._count("connection lost", len(partitions))
-            self._metadata_due = 0.0
-            return
-        now = time.monotonic() - start
-        for topic in response.responses:
-            for answer in topic.partition_responses:
-                code = ErrorCode(answer.error_code)
-                self._count(code.name)
-                if code == ErrorCode.none:
-                    self.pending.discard(answer.index)
-                    self.accepted_at.setdefault(answer.index, now)
-                    continue
-                hint = getattr(getattr(answer, "current_leader", None), "leader_id", -1)
-                if code == ErrorCode.not_leader_or_follower and hint >= 0:
-                    self.hinted_leaders += 1
-                    self.leader_of[answer.index] = hint
-                else:
-                    self._metadata_due = min(self._metadata_due, time.monotonic() + METADATA_REFRESH_S)
-
-    def _count(self, what: str, n: int = 1) -> None:
-        self.answers[what] = self.answers.get(what, 0) + n
-
-    async def run(self, start: float, deadline_s: float) -> None:
-        # Each probe request is a task of its own and a partition is in one request at a time: an
-        # acks=all write waiting (up to PROBE_TIMEOUT_MS) for its ISR to shrink must not hold back
-        # the Metadata refresh and the writes to partitions whose new leader is known (before, one
-        # slow request delayed every other partition by up to the probe timeout).
-        in_flight: set[int] = set()
-        tasks: set[asyncio.Task] = set()
-
-        def done(task: asyncio.Task, partitions: list[int]) -> None:
-            tasks.discard(task)
-            in_flight.difference_update(partitions)
-
-        try:
-            while self.pending and time.monotonic() - start < deadline_s:
-                if time.monotonic() >= self._metadata_due:
-                    self._metadata_due = float("inf")
-                    await self._refresh_leaders()
-                by_leader: dict[int, list[int]] = {}
-                for p in sorted(self.pending - in_flight):
-                    by_leader.setdefault(self.leader_of.get(p, -1), []).append(p)
-                unknown = by_leader.pop(-1, [])
-                if unknown:
-                    self._count("no leader", len(unknown))
-                    self._metadata_due = min(self._metadata_due, time.monotonic() + METADATA_REFRESH_S)
-                for b, ps in by_leader.items():
-                    for i in range(0, len(ps), PARTITIONS_PER_PROBE):
-                        chunk = ps[i:i + PARTITIONS_PER_PROBE]
-                        in_flight.update(chunk)
-                        task = asyncio.create_task(self._probe(b, chunk, start))
-                        tasks.add(task)
-                        task.add_done_callback(lambda t, chunk=chunk: done(t, chunk))
-                await asyncio.sleep(PROBE_PAUSE_S)
-        finally:
-            for task in list(tasks):
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for connection in self._connections.values():
-                await connection.close()
+    return WriteProbe(live_brokers, TOPIC, partitions, timeout_ms=PROBE_TIMEOUT_MS,
+                      partitions_per_request=PARTITIONS_PER_PROBE, metadata_refresh_s=METADATA_REFRESH_S,
+                      pause_s=PROBE_PAUSE_S)
 
 
 # one case ----------------------------------------------------------------------------------------
@@ -269,7 +147,10 @@ def create_topic(stack: LocalStack, store: MetadataStore, partitions: int) -> No
 
 
 def run_case(partitions: int, profile: str, idle_s: float, directory: Path, failover: bool) -> dict[str, Any]:
-    overrides = PROFILES[profile]
+    overrides = dict(PROFILES[profile])
+    if partitions * 3 // BROKERS > 4000:
+        # floe.max.replicas.per.broker (default 4,000) would refuse the topic with POLICY_VIOLATION.
+        overrides["floe.max.replicas.per.broker"] = str(partitions * 3 // BROKERS)
     session_timeout_ms = int(overrides.get("broker.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
     stack = LocalStack(directory=directory, brokers=BROKERS, overrides=overrides)
     stack.start()
@@ -281,12 +162,12 @@ def run_case(partitions: int, profile: str, idle_s: float, directory: Path, fail
         start = time.monotonic()
         create_topic(stack, store, partitions)
         created_s = time.monotonic() - start
-        prober = Prober(stack, partitions)
-        asyncio.run(prober.run(start, deadline_s=120))
+        prober = write_probe(stack, partitions)
+        asyncio.run(prober.run(start, give_up_after_s=120))
         usable_s = time.monotonic() - start
         if prober.pending:
             raise RuntimeError(f"{len(prober.pending)} partitions never accepted a write after creation; "
-                               f"answers {prober.answers}")
+                               f"answers {dict(prober.answers)}")
         time.sleep(3)  # let followers catch up the probe writes
         idle_after = idle_cpu_percent(stack, idle_s)
         rss_after = {b: rss_kib(p.pid) for b, p in stack.processes.items()}
@@ -320,10 +201,10 @@ def measure_failover(stack: LocalStack, store: MetadataStore, partitions: int,
     lease = store.models.controller_lease.get("controller", consistent_read=True)
     start = time.monotonic()
     stack.kill_broker(victim, signal.SIGKILL)
-    prober = Prober(stack, partitions)
-    asyncio.run(prober.run(start, deadline_s=max(120, 20 * session_timeout_ms / 1000)))
+    prober = write_probe(stack, partitions)
+    asyncio.run(prober.run(start, give_up_after_s=max(120, 20 * session_timeout_ms / 1000)))
     session_s = session_timeout_ms / 1000
-    times = list(prober.accepted_at.values())
+    times = list(prober.accepted_after_s.values())
     ratios = [t / session_s for t in times]
     return {
         "killed_broker": victim,
@@ -334,7 +215,7 @@ def measure_failover(stack: LocalStack, store: MetadataStore, partitions: int,
         "p99_x_session": round(percentile(ratios, 0.99), 3) if ratios else None,
         "max_x_session": round(max(ratios), 3) if ratios else None,
         "max_s": round(max(times), 3) if times else None,
-        "answers": prober.answers,
+        "answers": dict(prober.answers),
         "not_leader_answers_naming_the_new_leader": prober.hinted_leaders,
         "load_average": load_average(),
     }

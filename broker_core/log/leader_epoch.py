@@ -60,12 +60,13 @@ class LeaderEpochCheckpoint:
     def latest_entry(self) -> EpochEntry | None:
         return self._entries[-1] if self._entries else None
 
-    def assign(self, epoch: int, start_offset: int) -> bool:
+    def assign(self, epoch: int, start_offset: int, *, durable: bool = True) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; return whether anything changed.
 
         As in Kafka: nothing happens if ``epoch`` is already the latest epoch with a start at or below
         ``start_offset``; otherwise every entry with an epoch >= ``epoch`` or a start offset >=
-        ``start_offset`` is dropped first, so the list stays increasing in both.
+        ``start_offset`` is dropped first, so the list stays increasing in both. With ``durable``
+        False the file is replaced without fsyncs (see ``checkpoint.atomic_write``).
         """
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"epoch {epoch} and start offset {start_offset} must be non-negative")
@@ -73,7 +74,7 @@ class LeaderEpochCheckpoint:
         if latest is not None and latest.epoch == epoch and latest.start_offset <= start_offset:
             return False
         kept = tuple(e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset)
-        self._replace((*kept, EpochEntry(epoch, start_offset)))
+        self._replace((*kept, EpochEntry(epoch, start_offset)), durable=durable)
         return True
 
     def epoch_for_offset(self, offset: int) -> int | None:
@@ -121,6 +122,6 @@ class LeaderEpochCheckpoint:
         if self._entries:
             self._replace(())
 
-    def _replace(self, entries: tuple[EpochEntry, ...]) -> None:
-        write_checkpoint(self.path, [(e.epoch, e.start_offset) for e in entries])
+    def _replace(self, entries: tuple[EpochEntry, ...], *, durable: bool = True) -> None:
+        write_checkpoint(self.path, [(e.epoch, e.start_offset) for e in entries], durable=durable)
         self._entries = entries

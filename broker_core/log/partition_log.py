@@ -393,6 +393,17 @@ class PartitionLog:
         elif config.flush_ms is not None and now_ms - self._last_flush_ms >= config.flush_ms:
             self.flush()
 
+    def begin_first_epoch(self, epoch: int) -> bool:
+        """For a log that holds nothing yet and has no leader epoch recorded: record that ``epoch``
+        starts at offset 0, as Kafka records a leader's epoch at its log end when it becomes leader.
+        Written without fsyncs, like a new log's own files: lost in a crash, recovery finds an empty
+        cache and rebuilds it from the batches. Returns whether it recorded it. Whoever opens a
+        replica may call it (off the event loop), so that the first append, as leader or as follower
+        of batches of that epoch, rewrites no checkpoint file."""
+        if self.log_end_offset != 0 or self.log_start_offset != 0 or self.leader_epochs.entries:
+            return False
+        return self.leader_epochs.assign(epoch, 0, durable=False)
+
     def flush(self) -> None:
         """fsync everything up to the log end (data, indexes, directory) and advance the recovery point."""
         self._flush_up_to(self.log_end_offset)

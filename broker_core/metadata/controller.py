@@ -458,17 +458,14 @@ class Controller:
 
     def _current_snapshot(self) -> ClusterSnapshot:
         """The cluster as of now: the last snapshot brought forward by the change sequence when only
-        partitions changed since (a few items read, e.g. after this controller's own elections),
-        else a full snapshot."""
+        partitions and topics changed since (a few items read, e.g. after this controller's own
+        elections or a topic creation), else a full snapshot."""
         cached = self._snapshot
         if cached is not None:
             version = self._store.metadata_version()
-            delta = self._store.partition_deltas(cached.version, version)
+            delta = self._store.metadata_delta(cached.version, version)
             if delta is not None:
-                keys, states = delta
-                if states is None:
-                    states = self._store.get_partitions_by_key(keys) if keys else []
-                updated = cached.with_partitions(version, states)
+                updated = cached.with_delta(version, delta)
                 if updated is not None:
                     self._snapshot = updated
                     return updated

@@ -2,7 +2,7 @@
 
 A `MetadataImage` is built from a `ClusterSnapshot` (brokers, topics, partition states, tagged with the
 metadata version) plus the controller lease's holder, and is never changed afterwards: a broker that
-reads a newer snapshot (or a delta of changed partitions, `with_partitions`) builds a new image and
+reads a newer snapshot (or a delta of the change sequence, `with_delta`) builds a new image and
 swaps it in whole, so a request handler that holds an
 image sees one version of the cluster from start to end. Any task on the broker's event loop may read
 it; nothing writes it.
@@ -10,10 +10,17 @@ it; nothing writes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
-from .state import BrokerRegistration, BrokerState, ClusterSnapshot, PartitionState, TopicDescription
+from .state import (
+    BrokerRegistration,
+    BrokerState,
+    ClusterSnapshot,
+    MetadataDelta,
+    PartitionState,
+    TopicDescription,
+)
 
 
 @dataclass
@@ -42,18 +49,46 @@ class MetadataImage:
                 image.partitions[(state.topic, state.partition)] = state
         return image
 
-    def with_partitions(self, version: int, states: Iterable[PartitionState]) -> MetadataImage | None:
-        """A new image at ``version``: this one with ``states`` replacing those partitions' states
-        (a metadata delta). None if a state belongs to a topic this image does not know by that
-        topic id: the caller then reads a whole snapshot."""
+    def with_delta(self, version: int, delta: MetadataDelta) -> MetadataImage | None:
+        """A new image at ``version``: this one with ``delta`` applied (topics deleted with their
+        partitions, topics created or changed, partition states replaced). None if the delta does not
+        fit this image (a partition of a topic id it does not know, a topic name it holds under
+        another id that the delta does not delete): the caller then reads a whole snapshot."""
+        topics = dict(self.topics)
+        topics_by_id = dict(self.topics_by_id)
         partitions = dict(self.partitions)
-        for state in states:
-            topic = self.topics_by_id.get(state.topic_id)
+        for topic_id in delta.deleted_topic_ids:
+            gone = topics_by_id.pop(topic_id, None)
+            if gone is None or topics.get(gone.name) is not gone:
+                continue
+            del topics[gone.name]
+            for index in range(gone.num_partitions):
+                partitions.pop((gone.name, index), None)
+        for name, topic in delta.topics.items():
+            held = topics.get(name)
+            if held is not None and held.topic_id != topic.topic_id:
+                return None
+            topics[name] = topics_by_id[topic.topic_id] = topic
+        for state in delta.partitions.values():
+            topic = topics_by_id.get(state.topic_id)
             if topic is None or topic.name != state.topic:
                 return None
-            partitions[(state.topic, state.partition)] = state
-        return MetadataImage(version=version, brokers=self.brokers, topics=self.topics, topics_by_id=self.topics_by_id,
-                             partitions=partitions, controller_id=self.controller_id)
+            if state.partition < topic.num_partitions:
+                partitions[(state.topic, state.partition)] = state
+        return replace(self, version=version, topics=topics, topics_by_id=topics_by_id, partitions=partitions)
+
+    def keys_changed_by(self, delta: MetadataDelta) -> set[tuple[str, int]]:
+        """The (topic, partition) keys whose replica `delta` may change when applied to this image:
+        its partition states, every partition of a topic it creates, changes (configs apply to every
+        replica) or deletes."""
+        keys = {(state.topic, state.partition) for state in delta.partitions.values()}
+        for topic_id in delta.deleted_topic_ids:
+            gone = self.topics_by_id.get(topic_id)
+            if gone is not None:
+                keys.update((gone.name, index) for index in range(gone.num_partitions))
+        for name, topic in delta.topics.items():
+            keys.update((name, index) for index in range(topic.num_partitions))
+        return keys
 
     def live_brokers(self) -> list[BrokerRegistration]:
         return [b for b in self.brokers.values() if b.state is BrokerState.RUNNING]

@@ -19,6 +19,12 @@
   ``states`` (when the writer knew them: every partition batch does) holds the new state of each
   of those partitions, as written in the same transaction (JSON, `encode_partition_states`), so a
   broker applies the delta from the change items alone, without reading the partitions.
+  Topic creation, CreatePartitions, topic config changes and topic deletion are numbered the same
+  way: ``topics`` (JSON, `encode_topic_changes`) holds the topics created or changed, each with the
+  replica lists of the partitions it adds (a new partition's whole state follows from them: leader
+  the first replica, ISR every replica, epochs 0), and the ids of topics deleted; ``partitions``
+  is then empty. A change too large for one item (400 KB: a topic of tens of thousands of
+  partitions) writes no change item and readers read everything.
   ``expires_at`` (epoch seconds) is for DynamoDB TTL to clean old items up; correctness never
   depends on it, since a reader that finds an item gone reads everything.
 - ``item="producer_ids"``: ``next_start`` of the next free producer-id block and ``version``,
@@ -96,6 +102,7 @@ class MetadataChangeItem(Model):
     version = NumberAttribute()
     partitions = ListAttribute(of=UnicodeAttribute)
     states = UnicodeAttribute(null=True)
+    topics = UnicodeAttribute(null=True)
     expires_at = NumberAttribute()
 
 

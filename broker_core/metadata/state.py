@@ -112,6 +112,32 @@ class PartitionState:
 
 
 @dataclass(frozen=True)
+class MetadataDelta:
+    """What a run of metadata versions changed, as the change sequence carries it: topics created or
+    changed (by name, each as of the last version), topic ids deleted, and partition states (by topic
+    id and partition, each as of the last version). A new topic's or CreatePartitions' partitions are
+    in ``partitions`` too, so a reader never reads a partition item for them.
+
+    `then` appends a later version's delta; `ClusterSnapshot.with_delta` and
+    ``MetadataImage.with_delta`` apply one. Sans-I/O: the store reads and decodes the change items.
+    """
+
+    topics: Mapping[str, TopicDescription] = field(default_factory=dict)
+    deleted_topic_ids: frozenset[str] = frozenset()
+    partitions: Mapping[tuple[str, int], PartitionState] = field(default_factory=dict)
+
+    def then(self, later: MetadataDelta) -> MetadataDelta:
+        """This delta followed by ``later``: a topic deleted by ``later`` drops what this one says of
+        it, and what ``later`` says of a topic or partition replaces what this one says."""
+        gone = later.deleted_topic_ids
+        topics = {name: t for name, t in self.topics.items() if t.topic_id not in gone}
+        topics.update(later.topics)
+        partitions = {key: s for key, s in self.partitions.items() if s.topic_id not in gone}
+        partitions.update(later.partitions)
+        return MetadataDelta(topics=topics, deleted_topic_ids=self.deleted_topic_ids | gone, partitions=partitions)
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Brokers, topics and partitions read together with consistent reads.
 
@@ -130,17 +156,37 @@ class ClusterSnapshot:
     def live_brokers(self) -> tuple[BrokerRegistration, ...]:
         return tuple(b for b in self.brokers if b.state is BrokerState.RUNNING)
 
-    def with_partitions(self, version: int, states: Iterable[PartitionState]) -> ClusterSnapshot | None:
-        """This snapshot at ``version`` with ``states`` in place of those partitions' states (a delta
-        of the change sequence); None if one belongs to a topic id this snapshot does not hold."""
-        grouped = {name: {p.partition: p for p in partitions} for name, partitions in self.partitions.items()}
-        for state in states:
-            topic = self.topics.get(state.topic)
+    def with_delta(self, version: int, delta: MetadataDelta) -> ClusterSnapshot | None:
+        """This snapshot at ``version`` with ``delta`` applied: deleted topics gone with their
+        partitions, created or changed topics in place, partition states replaced. None when the delta
+        does not fit this snapshot (a partition of a topic id it does not hold, a topic name held
+        under another id that the delta does not delete): the caller reads a whole snapshot."""
+        topics = {name: t for name, t in self.topics.items() if t.topic_id not in delta.deleted_topic_ids}
+        for name, topic in delta.topics.items():
+            held = topics.get(name)
+            if held is not None and held.topic_id != topic.topic_id:
+                return None
+            topics[name] = topic
+        # A topic's partitions stay only while the topic is held under the same id.
+        partitions = {name: states for name, states in self.partitions.items()
+                      if name in topics and all(p.topic_id == topics[name].topic_id for p in states[:1])}
+        grouped: dict[str, dict[int, PartitionState]] = {}
+        for state in delta.partitions.values():
+            topic = topics.get(state.topic)
             if topic is None or topic.topic_id != state.topic_id:
                 return None
-            grouped.setdefault(state.topic, {})[state.partition] = state
-        partitions = {name: tuple(by_index[i] for i in sorted(by_index)) for name, by_index in grouped.items()}
-        return replace(self, version=version, partitions=partitions)
+            if state.topic not in grouped:
+                grouped[state.topic] = {p.partition: p for p in partitions.get(state.topic, ())}
+            grouped[state.topic][state.partition] = state
+        for name in delta.topics:
+            grouped.setdefault(name, {p.partition: p for p in partitions.get(name, ())})
+        for name, by_index in grouped.items():
+            # A partition at or above its topic's count is one CreatePartitions is still adding.
+            count = topics[name].num_partitions
+            partitions[name] = tuple(by_index[i] for i in sorted(by_index) if i < count)
+        for name in topics:
+            partitions.setdefault(name, ())
+        return replace(self, version=version, topics=topics, partitions=partitions)
 
 
 @dataclass(frozen=True)

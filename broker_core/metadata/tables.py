@@ -32,7 +32,7 @@ from broker_core.metadata.models import (
     BoundModels,
     bind_models,
 )
-from broker_core.metadata.state import PartitionState
+from broker_core.metadata.state import MetadataDelta, PartitionState, TopicDescription
 from broker_core.retry import LostRace, retry_lost_races
 
 # Partition items per Scan/Query page (about 60 KB): many short requests rather than one that runs into
@@ -42,6 +42,8 @@ PARTITION_PAGE_SIZE = 250
 CHANGE_RETENTION_S = 3600
 # A broker more than this many versions behind reads everything rather than that many change items.
 MAX_DELTA_VERSIONS = 100
+# A change whose item would be larger (DynamoDB's item limit is 400 KB) writes none: readers read everything.
+MAX_CHANGE_ITEM_BYTES = 350_000
 
 metadata_failures = failures_as(MetadataUnavailableError, MetadataError)
 
@@ -51,6 +53,32 @@ def encode_partition_states(states: Sequence[PartitionState]) -> str:
     return json.dumps([[s.topic, s.topic_id, s.partition, list(s.replicas), s.leader, s.leader_epoch,
                         s.partition_epoch, list(s.isr), list(s.adding_replicas), list(s.removing_replicas)]
                        for s in states], separators=(",", ":"))
+
+
+def encode_topic_changes(changed: Sequence[tuple[TopicDescription, int, Sequence[Sequence[int]]]] = (),
+                         deleted: Sequence[str] = ()) -> str:
+    """The ``topics`` of a change item: each topic created or changed, with the partition number its
+    new partitions start at and their replica lists (none for a config change), and the topic ids
+    deleted."""
+    return json.dumps({"set": [[t.name, t.topic_id, t.num_partitions, t.replication_factor, dict(t.configs),
+                                t.created_at_ms, t.config_version, first, [list(r) for r in replicas]]
+                               for t, first, replicas in changed],
+                       "deleted": list(deleted)}, separators=(",", ":"))
+
+
+def decode_topic_changes(text: str) -> MetadataDelta:
+    decoded = json.loads(text)
+    topics: dict[str, TopicDescription] = {}
+    partitions: dict[tuple[str, int], PartitionState] = {}
+    for name, topic_id, count, replication, configs, created_at_ms, config_version, first, assigned in decoded["set"]:
+        topics[name] = TopicDescription(name=name, topic_id=topic_id, num_partitions=count,
+                                        replication_factor=replication, configs=configs,
+                                        created_at_ms=created_at_ms, config_version=config_version)
+        for index, replicas in enumerate(assigned, start=first):
+            partitions[(topic_id, index)] = PartitionState(
+                topic=name, topic_id=topic_id, partition=index, replicas=tuple(replicas), leader=replicas[0],
+                leader_epoch=0, partition_epoch=0, isr=tuple(replicas))
+    return MetadataDelta(topics=topics, deleted_topic_ids=frozenset(decoded["deleted"]), partitions=partitions)
 
 
 def decode_partition_states(text: str) -> list[PartitionState]:
@@ -106,16 +134,32 @@ class MetadataTables:
                                   keys: Sequence[str], states: Sequence[PartitionState] | None = None
                                   ) -> list[str | None] | None:
         """Run a transaction that changes only the partitions named by ``keys`` (``<topic id>:<n>``),
-        numbered in the change sequence (see ``broker_core.metadata.models``): it reads the version v,
-        then commits ``build``'s items with the version set to v + 1 (conditional on v) and the
-        change item ``change#<v+1>`` naming ``keys``, so brokers can read just those partitions, and
-        with ``states`` (the states ``build`` writes, one per key) carrying them, so brokers need not
-        read the partitions at all.
+        numbered in the change sequence (`transact_change`), its change item naming ``keys`` and
+        carrying ``states`` (the states ``build`` writes, one per key), so brokers need not read the
+        partitions at all."""
+        return self.transact_change(what, build, keys=keys,
+                                    states=encode_partition_states(states) if states is not None else None)
+
+    def transact_change(self, what: str, build: Callable[[TransactWrite], None], *, keys: Sequence[str] = (),
+                        states: str | None = None, topics: str | None = None) -> list[str | None] | None:
+        """Run ``build``'s transaction as the next version of the change sequence (see
+        ``broker_core.metadata.models``): it reads the version v, then commits ``build``'s items with
+        the version set to v + 1 (conditional on v) and the change item ``change#<v+1>`` holding
+        ``keys``, ``states`` (`encode_partition_states`) and ``topics`` (`encode_topic_changes`), so
+        brokers apply the change from that item. A change too large for one item
+        (`MAX_CHANGE_ITEM_BYTES`) bumps the version without one, and readers read everything.
 
         Returns None when it committed, else the cancellation codes of ``build``'s own items (as
         `transact`). A concurrent change that moved the version first is a lost race: it is retried
         with a fresh read of the version (bounded, ``broker_core.retry``).
         """
+        if len(states or "") + len(topics or "") + sum(len(k) + 3 for k in keys) > MAX_CHANGE_ITEM_BYTES:
+            def unnumbered(transaction: TransactWrite) -> None:
+                build(transaction)
+                self.add_version_bump(transaction)
+
+            codes = self.transact(what, unnumbered)
+            return None if codes is None else codes[:-1]
         version_model = self.models.metadata_version
         change_model = self.models.metadata_change
 
@@ -133,7 +177,9 @@ class MetadataTables:
                 actions = [change_model.version.set(current + 1), change_model.partitions.set(list(keys)),
                            change_model.expires_at.set(int(time.time()) + CHANGE_RETENTION_S)]
                 if states is not None:
-                    actions.append(change_model.states.set(encode_partition_states(states)))
+                    actions.append(change_model.states.set(states))
+                if topics is not None:
+                    actions.append(change_model.topics.set(topics))
                 transaction.update(change_model(f"{CHANGE_ITEM_PREFIX}{current + 1}"), actions=actions)
 
             codes = self.transact(what, full)
@@ -146,12 +192,13 @@ class MetadataTables:
         return retry_lost_races(attempt, lambda attempts: MetadataConflictError(what, attempts))
 
     @metadata_failures
-    def partition_deltas(self, since: int, until: int) -> tuple[set[str], list[PartitionState] | None] | None:
-        """The change sequence from since+1 to until: (the partition keys changed, their states as of
-        ``until`` when every change item carried them, else None: read the keys then), or None when
-        the caller must read everything (as `partition_changes`)."""
+    def metadata_delta(self, since: int, until: int) -> MetadataDelta | None:
+        """What versions since+1 .. until changed, from the change items alone; None when the caller
+        must read everything: a version with no change item (a broker or cluster config change, a
+        change too large for an item, an expired item), a change item without the states it names
+        (written before change items carried them), or more than `MAX_DELTA_VERSIONS` versions."""
         if until <= since:
-            return set(), []
+            return MetadataDelta()
         if since < 0 or until - since > MAX_DELTA_VERSIONS:
             return None
         change_model = self.models.metadata_change
@@ -159,30 +206,16 @@ class MetadataTables:
         found = sorted(change_model.batch_get(wanted, consistent_read=True), key=lambda item: int(item.version))
         if len(found) != len(wanted):
             return None
-        keys = {key for item in found for key in item.partitions}
-        if any(item.states is None for item in found):
-            return keys, None
-        latest: dict[tuple[str, int], PartitionState] = {}
-        for item in found:  # in version order: a later change of a partition replaces an earlier one
-            for state in decode_partition_states(item.states):
-                latest[(state.topic_id, state.partition)] = state
-        return keys, list(latest.values())
-
-    @metadata_failures
-    def partition_changes(self, since: int, until: int) -> set[str] | None:
-        """The partition keys (``<topic id>:<n>``) changed by versions since+1 .. until, if every one
-        of those versions was a partition-only change whose change item is still there; None when
-        the caller must read everything (another kind of change, or more than `MAX_DELTA_VERSIONS`)."""
-        if until <= since:
-            return set()
-        if since < 0 or until - since > MAX_DELTA_VERSIONS:
-            return None
-        change_model = self.models.metadata_change
-        wanted = [f"{CHANGE_ITEM_PREFIX}{v}" for v in range(since + 1, until + 1)]
-        found = list(change_model.batch_get(wanted, consistent_read=True))
-        if len(found) != len(wanted):
-            return None
-        return {key for item in found for key in item.partitions}
+        delta = MetadataDelta()
+        for item in found:  # in version order: a later change replaces an earlier one
+            if item.states is None and item.partitions:
+                return None
+            if item.topics is not None:
+                delta = delta.then(decode_topic_changes(item.topics))
+            if item.states is not None:
+                delta = delta.then(MetadataDelta(partitions={
+                    (s.topic_id, s.partition): s for s in decode_partition_states(item.states)}))
+        return delta
 
     # -- metadata version --------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from pynamodb.exceptions import PutError
@@ -46,12 +47,15 @@ from broker_core.metadata.errors import (
 )
 from broker_core.metadata.models import PartitionItem, TopicItem
 from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState, TopicDescription
-from broker_core.metadata.tables import PARTITION_PAGE_SIZE, metadata_failures
+from broker_core.metadata.tables import PARTITION_PAGE_SIZE, encode_topic_changes, metadata_failures
 from broker_core.retry import LostRace, retry_lost_races
 
 MAX_TOPIC_NAME_LENGTH = 249
 # DynamoDB's TransactWriteItems takes 100 items: these partitions, the lease check, the version and the change item.
 PARTITIONS_PER_TRANSACTION = 97
+# DynamoDB's BatchWriteItem takes 25 items; a new topic's partition items go in this many requests at once.
+BATCH_WRITE_ITEMS = 25
+PARALLEL_BATCH_WRITES = 4
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -258,9 +262,7 @@ class TopicCatalog(BrokerRegistry):
             )
             for index, replicas in enumerate(assignment)
         ]
-        with partition_model.batch_write() as batch:
-            for partition_item in partition_items:
-                batch.save(partition_item)
+        self._put_partition_items(partition_items)
         topic = self.models.topic
         topic_item = topic(
             name,
@@ -272,14 +274,18 @@ class TopicCatalog(BrokerRegistry):
             created_at_ms=wall_clock_ms(),
         )
 
+        description = _topic_from_item(topic_item)
+
         def build(transaction: TransactWrite) -> None:
             transaction.save(topic_item, condition=topic.name.does_not_exist())
-            self.add_version_bump(transaction)
 
-        if self.transact(f"create topic {name}", build) is not None:
+        # Numbered in the change sequence with the topic and its assignment: brokers and the
+        # controller add the topic from the change item instead of reading every partition.
+        if self.transact_change(f"create topic {name}", build,
+                                topics=encode_topic_changes([(description, 0, assignment)])) is not None:
             self._delete_partition_items(partition_items)
             raise TopicExistsError(name)
-        return _topic_from_item(topic_item)
+        return description
 
     @metadata_failures
     def add_partitions(self, name: str, total: int, assignments: Sequence[Sequence[int]] | None = None,
@@ -334,14 +340,14 @@ class TopicCatalog(BrokerRegistry):
             def build(transaction: TransactWrite) -> None:
                 transaction.update(topic(name), actions=[topic.num_partitions.set(total)],
                                    condition=(topic.topic_id == item.topic_id) & (topic.num_partitions == current))
-                self.add_version_bump(transaction)
 
-            if self.transact(what, build) is not None:
+            grown = replace(description, num_partitions=total)
+            if self.transact_change(what, build, topics=encode_topic_changes([(grown, current, placed)])) is not None:
                 raise MetadataConflictError(what, 1)
         except BaseException:
             self._delete_partition_items(written)
             raise
-        return replace(description, num_partitions=total)
+        return grown
 
     @metadata_failures
     def delete_topic(self, name: str) -> None:
@@ -354,11 +360,30 @@ class TopicCatalog(BrokerRegistry):
 
         def build(transaction: TransactWrite) -> None:
             transaction.delete(topic(name), condition=topic.topic_id == topic_id)
-            self.add_version_bump(transaction)
 
-        if self.transact(f"delete topic {name}", build) is not None:
+        if self.transact_change(f"delete topic {name}", build, topics=encode_topic_changes(deleted=[topic_id])) is not None:
             raise UnknownTopicError(name)
         self._delete_partition_items(list(self.models.partition.query(topic_id, consistent_read=True)))
+
+    def _put_partition_items(self, items: Sequence[PartitionItem]) -> None:
+        """BatchWriteItem requests (25 items each) of several threads at once: a topic of 1,000
+        partitions is 40 requests, which one after another took seconds of the CreateTopics answer
+        (the local stack's moto answers each in tens of milliseconds; DynamoDB serves them in parallel)."""
+        chunks = [items[i:i + BATCH_WRITE_ITEMS] for i in range(0, len(items), BATCH_WRITE_ITEMS)]
+
+        def put(chunk: Sequence[PartitionItem]) -> None:
+            with self.models.partition.batch_write() as batch:
+                for item in chunk:
+                    batch.save(item)
+
+        if len(chunks) <= 1:
+            for chunk in chunks:
+                put(chunk)
+            return
+        with ThreadPoolExecutor(max_workers=min(PARALLEL_BATCH_WRITES, len(chunks)),
+                                thread_name_prefix="partition-items") as pool:
+            for done in [pool.submit(put, chunk) for chunk in chunks]:
+                done.result()
 
     def _delete_partition_items(self, items: Iterable[PartitionItem]) -> None:
         with self.models.partition.batch_write() as batch:
@@ -412,24 +437,25 @@ class TopicCatalog(BrokerRegistry):
             configs.update(updates)
             for key in removals:
                 configs.pop(key, None)
-            if not self._write_topic_configs(name, configs, int(item.config_version)):
+            changed = replace(_topic_from_item(item), configs=configs, config_version=int(item.config_version) + 1)
+            if not self._write_topic_configs(changed):
                 raise LostRace(what)
-            return self.get_topic(name)
+            return changed
 
         return retry_lost_races(attempt, lambda attempts: MetadataConflictError(what, attempts))
 
-    def _write_topic_configs(self, name: str, configs: dict[str, str], config_version: int) -> bool:
+    def _write_topic_configs(self, changed: TopicDescription) -> bool:
         topic = self.models.topic
 
         def build(transaction: TransactWrite) -> None:
             transaction.update(
-                topic(name),
-                actions=[topic.configs.set(configs), topic.config_version.set(config_version + 1)],
-                condition=topic.config_version == config_version,
+                topic(changed.name),
+                actions=[topic.configs.set(dict(changed.configs)), topic.config_version.set(changed.config_version)],
+                condition=(topic.config_version == changed.config_version - 1) & (topic.topic_id == changed.topic_id),
             )
-            self.add_version_bump(transaction)
 
-        return self.transact(f"alter configs of topic {name}", build) is None
+        return self.transact_change(f"alter configs of topic {changed.name}", build,
+                                    topics=encode_topic_changes([(changed, changed.num_partitions, [])])) is None
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -441,17 +467,6 @@ class TopicCatalog(BrokerRegistry):
             raise UnknownTopicError(topic)
         items = self.models.partition.query(item.topic_id, consistent_read=True, page_size=PARTITION_PAGE_SIZE)
         return sorted((partition_from_item(i) for i in items), key=lambda p: p.partition)
-
-    @metadata_failures
-    def get_partitions_by_key(self, keys: Iterable[str]) -> list[PartitionState]:
-        """The partitions named by change-sequence keys (``<topic id>:<n>``), consistent reads in
-        batches; a key whose item is gone is left out."""
-        wanted = []
-        for key in keys:
-            topic_id, _, index = key.rpartition(":")
-            wanted.append((topic_id, int(index)))
-        items = self.models.partition.batch_get(wanted, consistent_read=True)
-        return [partition_from_item(item) for item in items]
 
     @metadata_failures
     def get_partition(self, topic: str, partition: int) -> PartitionState:

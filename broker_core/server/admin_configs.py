@@ -200,7 +200,8 @@ class ConfigApis:
             raise ConfigChangeError(ErrorCode.request_timed_out, str(exc)) from None
         log.info("principal %s from %s altered configs of topic %s: set %s, removed %s", request.principal,
                  request.client_host, topic, updates, removals)
-        await self.context.refresh_metadata()
+        # From the change sequence, as the regular poll: the topic's new configs are in its change item.
+        await self.context.refresh_metadata(unless_at=await asyncio.to_thread(store.metadata_version))
 
     async def _alter_broker(self, request: Request, name: str, names: list[str], change: Any,
                             validate_only: bool) -> None:

@@ -112,7 +112,8 @@ class PartitionCreation:
                                             ErrorCode.request_timed_out)
                 result["error_message"] = str(exc)
         if changed:
-            await self.context.refresh_metadata()
+            # From the change sequence, as the regular poll: the new partitions are in its change item.
+            await self.context.refresh_metadata(unless_at=await asyncio.to_thread(self.context.store.metadata_version))
         throttle_s = quotas.mutation_throttle(identity)
         return respond(request, {"throttle_time": _throttle_time(throttle_s), "results": results})
 

@@ -942,9 +942,12 @@ class RequestHandlers:
                     continue
                 else:
                     quotas.record_mutations(identity, num_partitions)
+                    started = time.monotonic()
                     description = await asyncio.to_thread(
                         self.context.store.create_topic, topic.name, num_partitions, replication, configs
                     )
+                    log.info("principal %s created topic %s (%d partitions, replication factor %d) in %.2f s",
+                             request.principal, topic.name, num_partitions, replication, time.monotonic() - started)
             except TopicConfigError as exc:
                 result["error_code"], result["error_message"] = ErrorCode.invalid_config, str(exc)
                 continue
@@ -968,15 +971,20 @@ class RequestHandlers:
                 for c in describe_topic_configs(configs, self.context.config, None)
             ]
         if created:
+            started = time.monotonic()
             await self._refresh_after_change("CreateTopics")
+            log.info("CreateTopics: metadata applied here in %.2f s", time.monotonic() - started)
         return respond(request, {"throttle_time": _throttle_time(quotas.mutation_throttle(identity)), "topics": results})
 
     async def _refresh_after_change(self, what: str) -> None:
         """Read the metadata this broker just changed, so its next answers show the change. The change
         is written whatever this read does: if DynamoDB does not answer it, the regular poll catches
-        up, and the request is still answered with what was done."""
+        up, and the request is still answered with what was done. Read as the regular poll does, from
+        the change sequence (a topic created or deleted is one change item, not a read of every
+        partition)."""
         try:
-            await self.context.refresh_metadata()
+            version = await asyncio.to_thread(self.context.store.metadata_version)
+            await self.context.refresh_metadata(unless_at=version)
         except meta_errors.MetadataError as exc:
             log.warning("%s: written, but re-reading the metadata failed (the next poll will): %s", what, exc)
 

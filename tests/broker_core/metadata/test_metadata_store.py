@@ -380,28 +380,61 @@ def test_a_batched_partition_update_writes_all_but_the_stale_ones_in_few_version
     assert (stored[7].leader, stored[7].partition_epoch) == (states[7].leader, 1)
 
 
-def test_the_change_sequence_names_changed_partitions_and_gives_up_on_other_changes(store, register_brokers):
-    register_brokers([1, 2])
+def test_the_change_sequence_carries_changed_partitions_and_gives_up_on_other_changes(store, register_brokers):
+    epochs = register_brokers([1, 2])
     store.create_topic("t", 4, 2)
     states = store.get_partitions("t")
     start = store.metadata_version()
     store.update_partitions([(states[1].with_isr(states[1].isr[:1]), 0), (states[3].with_isr(states[3].isr[:1]), 0)])
     store.update_partition(states[2].with_isr(states[2].isr[:1]), 0)
-    now = store.metadata_version()
-    keys = store.partition_changes(start, now)
-    assert keys == {f"{states[0].topic_id}:{n}" for n in (1, 2, 3)}
-    assert [(p.partition, p.isr) for p in sorted(store.get_partitions_by_key(keys), key=lambda p: p.partition)] == [
-        (n, states[n].isr[:1]) for n in (1, 2, 3)]
-    assert store.partition_changes(now, now) == set()
-    # The change items carry the states written, the latest of each partition winning.
     store.update_partition(states[1].with_isr(states[1].isr), 1)  # partition 1 again: back to the full ISR
     later = store.metadata_version()
-    keys, carried = store.partition_deltas(start, later)
-    assert keys == {f"{states[0].topic_id}:{n}" for n in (1, 2, 3)}
+    delta = store.metadata_delta(start, later)
+    # The change items carry the states written, the latest of each partition winning.
     stored = {p.partition: p for p in store.get_partitions("t")}
-    assert sorted(carried, key=lambda p: p.partition) == [stored[1], stored[2], stored[3]]
+    assert delta.partitions == {(states[0].topic_id, n): stored[n] for n in (1, 2, 3)}
     assert stored[1].isr == states[1].isr and stored[1].partition_epoch == 2
-    assert store.partition_deltas(later, later) == (set(), [])
-    store.alter_topic_configs("t", {"retention.ms": "1000"})  # not a partition change: read everything
-    assert store.partition_changes(start, store.metadata_version()) is None
-    assert store.partition_deltas(start, store.metadata_version()) is None
+    assert (delta.topics, delta.deleted_topic_ids) == ({}, frozenset())
+    assert store.metadata_delta(later, later).partitions == {}
+    store.set_broker_state(2, epochs[2], BrokerState.SHUTTING_DOWN)
+    # A broker change has no change item: read everything.
+    assert store.metadata_delta(start, store.metadata_version()) is None
+
+
+def test_topic_creation_growth_config_change_and_deletion_are_carried_by_the_change_sequence(store, register_brokers):
+    register_brokers([1, 2, 3])
+    start = store.metadata_version()
+    created = store.create_topic("orders", 5, 3, {"retention.ms": "1000"})
+    grown = store.add_partitions("orders", 7)
+    changed = store.alter_topic_configs("orders", {"cleanup.policy": "compact"})
+    now = store.metadata_version()
+    assert now == start + 3
+    delta = store.metadata_delta(start, now)
+    assert delta.topics == {"orders": store.get_topic("orders")} == {"orders": changed}
+    assert (created.num_partitions, grown.num_partitions, changed.configs) == (
+        5, 7, {"retention.ms": "1000", "cleanup.policy": "compact"})
+    # The new partitions' states, from the assignment the change item carries, are what was written.
+    stored = store.get_partitions("orders")
+    assert delta.partitions == {(created.topic_id, p.partition): p for p in stored}
+    assert all(p.leader == p.replicas[0] and p.isr == p.replicas and len(p.replicas) == 3 for p in stored)
+
+    store.delete_topic("orders")
+    again = store.create_topic("orders", 2, 1)
+    later = store.metadata_version()
+    after_delete = store.metadata_delta(now, later)
+    assert after_delete.deleted_topic_ids == {created.topic_id}
+    assert after_delete.topics == {"orders": again}
+    assert {k[0] for k in after_delete.partitions} == {again.topic_id}
+    # Read across the whole run, the deleted topic leaves nothing behind.
+    whole = store.metadata_delta(start, later)
+    assert whole.topics == {"orders": again} and set(whole.partitions) == {(again.topic_id, 0), (again.topic_id, 1)}
+    # Applied to the snapshot taken before, the delta gives what a snapshot reads now.
+    snapshot = store.snapshot()
+    assert store_snapshot_at(store, start).with_delta(later, whole) == snapshot
+
+
+def store_snapshot_at(store, version):
+    """The snapshot as it was at ``version``: none of the test's topics existed then."""
+    snapshot = store.snapshot()
+    return type(snapshot)(version=version, brokers=snapshot.brokers, topics={}, partitions={},
+                          broker_configs=snapshot.broker_configs)

@@ -152,3 +152,25 @@ def test_with_no_topic_at_all_in_the_metadata_nothing_is_removed(tmp_path: Path)
     manager.close()
     assert renamed == []
     assert (tmp_path / "events-0").is_dir()
+
+
+def test_a_new_replica_at_its_first_leader_epoch_records_it_when_opened_and_its_first_appends_keep_it(
+        tmp_path: Path) -> None:
+    manager = ReplicaManager(config(tmp_path))
+    metadata = image(("fresh", "id-fresh", (ME, 2)), ("follower", "id-follower", (2, ME)))
+    manager.apply(metadata, opened=manager.open_missing(metadata))
+    for topic in ("fresh", "follower"):
+        log = manager.get(topic, 0).log
+        assert [(e.epoch, e.start_offset) for e in log.leader_epochs.entries] == [(0, 0)]
+    write_records(manager, "fresh", [b"a", b"b"])
+    follower = manager.get("follower", 0).log
+    follower.append_as_follower(build_batch([SimpleRecord(value=b"c")], partition_leader_epoch=0))
+    assert [(e.epoch, e.start_offset) for e in manager.get("fresh", 0).log.leader_epochs.entries] == [(0, 0)]
+    assert [(e.epoch, e.start_offset) for e in follower.leader_epochs.entries] == [(0, 0)]
+    manager.close()
+    # Reopened, the logs recover with the same epochs (the cache is read back, or rebuilt from the batches).
+    again = ReplicaManager(config(tmp_path))
+    again.apply(metadata)
+    assert read_values(again, "fresh") == [b"a", b"b"]
+    assert [(e.epoch, e.start_offset) for e in again.get("fresh", 0).log.leader_epochs.entries] == [(0, 0)]
+    again.close()
