@@ -34,9 +34,14 @@ bench/results/metrics_overhead.json.
 side the scheduler favours runs faster *and* spends less CPU per record, because a busier event
 loop reads more requests per wake-up, so the two figures are not independent) or ``alternate``
 (one side at a time, on/off in even runs and off/on in odd ones, so a drift in the neighbours' load
-cancels over pairs of runs). ``--control`` starts both stacks with metrics off: the ratios it prints
-are what the bench reads when there is no difference at all (its noise and any bias of its own),
-to set beside an on/off run of the same command. The
+cancels over pairs of runs) or ``interleaved`` (the default: one producer process drives both sides in
+short bursts taken in turn, see `produce_interleaved`). Interleaved, both brokers run pinned to CPU 0
+and the producer to CPU 1 (``--no-pin`` leaves them to the scheduler): unpinned, a broker process
+keeps its place for the whole bench, next to the producer or not, next to a busy neighbour or
+not, and control runs (no difference at all) read one side 5-15 % faster than the other in most
+runs. ``--control`` starts both stacks with metrics off: the ratios it prints are what the bench
+reads when there is no difference at all (its noise and any bias of its own), to set beside an
+on/off run of the same command. The
 ``records_per_s`` and ``broker_cpu_us_per_record`` fields of fixed_requests count requests (``unit``).
 The librdkafka workloads also record how many Produce requests each side's producer sent (librdkafka's
 statistics), so the broker CPU per request and the records per request are known: the metrics'
@@ -91,6 +96,10 @@ STATS_INTERVAL_MS = "500"  # librdkafka statistics, read for its count of Produc
 COMMON = {"queue.buffering.max.kbytes": "65536", "message.timeout.ms": "300000"}
 SIDES = ("on", "off")
 SETTLE_S = 1.0  # interleaved: a pause after the set-up, before the first burst
+# interleaved: both brokers on one CPU (only one is busy at a time) and the producer on another, so that
+# neither broker gets a luckier place than the other for the whole bench (see the module doc)
+BROKER_CPUS = {0}
+PRODUCER_CPUS = {1}
 
 
 def broker_cpu_s(pid: int) -> float:
@@ -313,7 +322,16 @@ def _produce_requests(producer: Producer, seen: list[str]) -> int:
     return sum(broker.get("req", {}).get("Produce", 0) for broker in json.loads(seen[-1])["brokers"].values())
 
 
-def _interleaved_process(answers: multiprocessing.Queue, *args: Any) -> None:
+def pin(pid: int, cpus: set[int]) -> None:
+    """Run every thread of process ``pid`` on ``cpus`` (threads it starts later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+def _interleaved_process(answers: multiprocessing.Queue, cpus: set[int] | None, *args: Any) -> None:
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     answers.put(produce_interleaved(*args))
 
 
@@ -345,7 +363,7 @@ def _sides_in_turn(number: int, order: str) -> list[tuple[str, ...]]:
 
 
 def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float,
-            workloads: list[str], order: str, bursts: dict[str, int]) -> dict[str, Any]:
+            workloads: list[str], order: str, bursts: dict[str, int], pinned: bool) -> dict[str, Any]:
     """Each workload once on each side, each side from a producer process of its own (``order``: both
     at once or one after the other)."""
     result: dict[str, Any] = {}
@@ -364,7 +382,7 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], 
                     admin = AdminClient({"bootstrap.servers": stacks[side].bootstrap_servers})
                     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
                 producer = multiprocessing.Process(target=_interleaved_process, args=(
-                    answers, {side: stacks[side].bootstrap_servers for side in SIDES},
+                    answers, PRODUCER_CPUS if pinned else None, {side: stacks[side].bootstrap_servers for side in SIDES},
                     {side: stacks[side].processes[1].pid for side in SIDES}, topic, counts[name], workload,
                     bursts[name], first))
                 producer.start()
@@ -430,6 +448,8 @@ def main() -> None:
                              "run at a time (on/off, then off/on), or both at once")
     parser.add_argument("--burst", type=float, default=0.05,
                         help="interleaved: records (fixed workloads: requests) per burst, as a share of a run's")
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="interleaved: leave the brokers and the producer wherever the scheduler puts them")
     parser.add_argument("--control", action="store_true",
                         help="both stacks with metrics off: the ratios the bench reads when nothing differs")
     parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
@@ -450,7 +470,11 @@ def main() -> None:
                 raise RuntimeError("the 'off' broker serves metrics")
             idle = idle_cpu_ms_per_s(stacks)
             bursts = {name: max(1, int(counts[name] * args.burst)) for name in workloads}
-            runs = [one_run(number, stacks, counts, args.scrape_interval, workloads, args.order, bursts)
+            pinned = args.pin and args.order == "interleaved" and len(os.sched_getaffinity(0)) >= 2
+            if pinned:
+                for stack in stacks.values():
+                    pin(stack.processes[1].pid, BROKER_CPUS)
+            runs = [one_run(number, stacks, counts, args.scrape_interval, workloads, args.order, bursts, pinned)
                     for number in range(args.runs)]
             scraping = scrape_cost(stacks["on"]) if not args.control else None
         finally:
@@ -462,6 +486,7 @@ def main() -> None:
         "records": {name: counts[name] for name in workloads}, "runs_count": args.runs,
         "scrape_interval_s": args.scrape_interval, "order": args.order,
         "burst_share": args.burst if args.order == "interleaved" else None,
+        "pinned": {"brokers": sorted(BROKER_CPUS), "producer": sorted(PRODUCER_CPUS)} if pinned else None,
         "control": args.control,  # true: both sides had metrics off
         "idle_broker_cpu_ms_per_s": idle,
         "spread": {
