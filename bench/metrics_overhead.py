@@ -24,8 +24,24 @@ partition append, not per byte:
   the metrics' per-request cost weighs most.
 
 Throughput on a shared machine swings with the neighbours' load, so each run also records each
-broker process's CPU time (user + system) per record, which the load moves much less. Ratios are
-on / off (goal >= 0.97); medians over ``--runs`` go to bench/results/metrics_overhead.json. The
+broker process's CPU time per record, read from the kernel's CPU clock of the process (every
+thread, nanoseconds: psutil's user + system times move in 10 ms ticks, 5 % of a short run's CPU).
+Ratios are on / off for throughput (the goal's figure, >= 0.97) and off / on for CPU per record
+(so that both read "1.0 = free, lower = metrics cost more"); medians over ``--runs`` go to
+bench/results/metrics_overhead.json.
+
+``--order`` says how the two sides share the machine: ``together`` (both at once, as before; the
+side the scheduler favours runs faster *and* spends less CPU per record, because a busier event
+loop reads more requests per wake-up, so the two figures are not independent) or ``alternate``
+(one side at a time, on/off in even runs and off/on in odd ones, so a drift in the neighbours' load
+cancels over pairs of runs) or ``interleaved`` (the default: one producer process drives both sides in
+short bursts taken in turn, see `produce_interleaved`). Interleaved, both brokers run pinned to CPU 0
+and the producer to CPU 1 (``--no-pin`` leaves them to the scheduler): unpinned, a broker process
+keeps its place for the whole bench, next to the producer or not, next to a busy neighbour or
+not, and control runs (no difference at all) read one side 5-15 % faster than the other in most
+runs. ``--control`` starts both stacks with metrics off: the ratios it prints are what the bench
+reads when there is no difference at all (its noise and any bias of its own), to set beside an
+on/off run of the same command. The
 ``records_per_s`` and ``broker_cpu_us_per_record`` fields of fixed_requests count requests (``unit``).
 The librdkafka workloads also record how many Produce requests each side's producer sent (librdkafka's
 statistics), so the broker CPU per request and the records per request are known: the metrics'
@@ -33,13 +49,14 @@ cost is per request, and how many records a librdkafka request carries depends o
 broker answers.
 
     .venv/bin/python bench/metrics_overhead.py [--runs 5] [--records 200000] [--small-records 50000]
-        [--scrape-interval 15] [--output metrics_overhead.json]
+        [--order alternate|together] [--control] [--scrape-interval 15] [--output metrics_overhead.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import multiprocessing
@@ -78,11 +95,22 @@ IN_FLIGHT = 16
 STATS_INTERVAL_MS = "500"  # librdkafka statistics, read for its count of Produce requests
 COMMON = {"queue.buffering.max.kbytes": "65536", "message.timeout.ms": "300000"}
 SIDES = ("on", "off")
+SETTLE_S = 1.0  # interleaved: a pause after the set-up, before the first burst
+# interleaved: both brokers on one CPU (only one is busy at a time) and the producer on another, so that
+# neither broker gets a luckier place than the other for the whole bench (see the module doc)
+BROKER_CPUS = {0}
+PRODUCER_CPUS = {1}
 
 
 def broker_cpu_s(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
+    """CPU seconds the process has used, all its threads (those that ended too): the kernel's process CPU
+    clock (Linux: clock id ``(~pid << 3) | 2``, CPUCLOCK_SCHED of the whole process, in nanoseconds), or
+    psutil's user + system ticks where that clock cannot be read."""
+    try:
+        return time.clock_gettime_ns((~pid << 3) | 2) / 1e9
+    except (OSError, OverflowError):
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
 
 
 def _scrape_every(interval_s: float, url: str, stop: multiprocessing.synchronize.Event,
@@ -187,6 +215,126 @@ def produce_fixed(bootstrap_servers: str, broker_pid: int, topic: str, requests:
     return asyncio.run(run())
 
 
+def _burst_order(bursts: int, first: str) -> list[str]:
+    """first, other, other, first, first, other, ...: each side goes first as often as last, so a drift
+    in the neighbours' load between two bursts weighs on both sides alike."""
+    sides = (first, SIDES[1 - SIDES.index(first)])
+    return [sides[(i + 1) // 2 % 2] for i in range(2 * bursts)]
+
+
+class _Tally:
+    """One side's share of an interleaved run: its requests, the time spent on its bursts and the CPU
+    its broker used during them."""
+
+    def __init__(self) -> None:
+        self.records = self.requests = 0
+        self.busy_s = self.cpu_s = 0.0
+
+    def figures(self) -> tuple[float, float, int]:
+        return self.records / self.busy_s, self.cpu_s / self.records * 1e6, self.requests
+
+
+def produce_interleaved(bootstraps: dict[str, str], pids: dict[str, int], topic: str, records: int,
+                        workload: dict[str, Any], burst: int, first: str) -> dict[str, tuple[float, float, int]]:
+    """Both sides from one process, in bursts of ``burst`` records (fixed workloads: requests) taken in
+    turn (`_burst_order`), ``records`` in all per side. A side's throughput counts only its own bursts'
+    time and its broker's CPU only what it used during them, so both sides are measured under the
+    same load, a fraction of a second apart. A librdkafka burst ends with a flush (every record
+    delivered), which both sides pay alike. ``first`` is the side that was set up first (its topic
+    created, its producer connected) and takes the first burst; callers alternate it between runs,
+    since whatever a broker still does after the set-up (e.g. the new topic's replica) lands in the
+    first bursts. Per side: (records or requests per second, broker CPU
+    microseconds per record or request, Produce requests)."""
+    bursts = -(-records // burst)
+    tallies = {side: _Tally() for side in SIDES}
+    if workload.get("records_per_request"):
+        batch = build_batch([SimpleRecord(value=b"v" * workload["value_bytes"])
+                             for _ in range(workload["records_per_request"])])
+        request = {"transactional_id": None, "acks": 1, "timeout": datetime.timedelta(seconds=60),
+                   "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+
+        async def run() -> None:
+            connections = {}
+            for side in _burst_order(1, first)[:2]:
+                host, port = bootstraps[side].split(",")[0].rsplit(":", 1)
+                connections[side] = BrokerConnection(host, int(port), request_timeout_s=120)
+                await connections[side].connect()
+                await connections[side].send(ApiKey.PRODUCE, request)  # the topic's leader is known
+            await asyncio.sleep(SETTLE_S)
+            for side in _burst_order(bursts, first):
+                tally, connection = tallies[side], connections[side]
+                count = min(burst, records - tally.requests)
+                cpu, started = broker_cpu_s(pids[side]), time.perf_counter()
+                for done in range(0, count, IN_FLIGHT):
+                    answers = await asyncio.gather(*(connection.send(ApiKey.PRODUCE, request)
+                                                     for _ in range(min(IN_FLIGHT, count - done))))
+                    if any(a.responses[0].partition_responses[0].error_code for a in answers):
+                        raise RuntimeError("a produce request failed")
+                tally.busy_s += time.perf_counter() - started
+                tally.cpu_s += broker_cpu_s(pids[side]) - cpu
+                tally.records += count
+                tally.requests += count
+            for connection in connections.values():
+                await connection.close()
+
+        asyncio.run(run())
+        return {side: tallies[side].figures() for side in SIDES}
+    statistics_seen: dict[str, list[str]] = {side: [] for side in SIDES}
+    producers = {side: Producer({"bootstrap.servers": bootstraps[side], **COMMON, **workload["settings"],
+                                 "statistics.interval.ms": STATS_INTERVAL_MS,
+                                 "stats_cb": statistics_seen[side].append}) for side in SIDES}
+    value = b"v" * workload["value_bytes"]
+    for side in _burst_order(1, first)[:2]:  # connected, the topic's leader known
+        producers[side].produce(topic, value, partition=0)
+        if producers[side].flush(60) != 0:
+            raise RuntimeError("the producer did not deliver its first record")
+    sent_before = {side: _produce_requests(producers[side], statistics_seen[side]) for side in SIDES}
+    time.sleep(SETTLE_S)
+    for side in _burst_order(bursts, first):
+        tally, producer = tallies[side], producers[side]
+        count = min(burst, records - tally.records)
+        cpu, started = broker_cpu_s(pids[side]), time.perf_counter()
+        for _ in range(count):
+            while True:
+                try:
+                    producer.produce(topic, value, partition=0)
+                    break
+                except BufferError:
+                    producer.poll(0.001)
+        if producer.flush(300) != 0:
+            raise RuntimeError("the producer did not deliver every record")
+        tally.busy_s += time.perf_counter() - started
+        tally.cpu_s += broker_cpu_s(pids[side]) - cpu
+        tally.records += count
+    for side in SIDES:
+        tallies[side].requests = _produce_requests(producers[side], statistics_seen[side]) - sent_before[side]
+    return {side: tallies[side].figures() for side in SIDES}
+
+
+def _produce_requests(producer: Producer, seen: list[str]) -> int:
+    """The Produce requests ``producer`` has sent, from librdkafka statistics newer than any read so far."""
+    count = len(seen)
+    deadline = time.monotonic() + 5 * int(STATS_INTERVAL_MS) / 1000
+    while len(seen) == count and time.monotonic() < deadline:
+        producer.poll(0.05)
+    if len(seen) == count:
+        raise RuntimeError("librdkafka gave no statistics")
+    return sum(broker.get("req", {}).get("Produce", 0) for broker in json.loads(seen[-1])["brokers"].values())
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Run every thread of process ``pid`` on ``cpus`` (threads it starts later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+def _interleaved_process(answers: multiprocessing.Queue, cpus: set[int] | None, *args: Any) -> None:
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+    answers.put(produce_interleaved(*args))
+
+
 def _producer_process(side: str, answers: multiprocessing.Queue, *args: Any) -> None:
     workload = args[4]
     answers.put((side, (produce_fixed if workload.get("records_per_request") else produce)(*args)))
@@ -204,27 +352,57 @@ def scrape_cost(stack: LocalStack, scrapes: int = 20) -> dict[str, float]:
     return {"broker_cpu_ms_per_scrape": (broker_cpu_s(pid) - cpu) / scrapes * 1000, "samples": lines}
 
 
+def _sides_in_turn(number: int, order: str) -> list[tuple[str, ...]]:
+    """Which sides produce at once, group after group: both together, or one at a time (on first in
+    even runs, off first in odd ones)."""
+    if order == "interleaved":
+        return []  # produce_interleaved
+    if order == "together":
+        return [SIDES]
+    return [(side,) for side in (SIDES if number % 2 == 0 else SIDES[::-1])]
+
+
 def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], scrape_s: float,
-            workloads: list[str]) -> dict[str, Any]:
-    """Both sides at once, each from a producer process of its own, so that both meet the same load."""
+            workloads: list[str], order: str, bursts: dict[str, int], pinned: bool) -> dict[str, Any]:
+    """Each workload once on each side, each side from a producer process of its own (``order``: both
+    at once or one after the other)."""
     result: dict[str, Any] = {}
     for name in workloads:
         workload = WORKLOADS[name]
-        start = multiprocessing.Barrier(len(SIDES))
-        answers: multiprocessing.Queue = multiprocessing.Queue()
-        producers = [multiprocessing.Process(target=_producer_process, args=(
-            side, answers, stacks[side].bootstrap_servers, stacks[side].processes[1].pid, f"{name}-{number}",
-            counts[name], workload, start)) for side in SIDES]
-        with Scraper(stacks["on"].metrics_url(stacks["on"].processes[1]), scrape_s) as scraper:
-            for process in producers:
-                process.start()
-            measured = dict(answers.get(timeout=900) for _ in SIDES)
-            for process in producers:
-                process.join()
+        measured: dict[str, tuple[float, float, int]] = {}
+        on_broker = stacks["on"].processes[1]
+        scraping = (Scraper(stacks["on"].metrics_url(on_broker), scrape_s) if on_broker.metrics_port is not None
+                    else contextlib.nullcontext())  # --control: no endpoint to scrape
+        with scraping as scraper:
+            if order == "interleaved":
+                answers = multiprocessing.Queue()
+                topic = f"{name}-{number}"
+                first = SIDES[number % 2]
+                for side in _burst_order(1, first)[:2]:
+                    admin = AdminClient({"bootstrap.servers": stacks[side].bootstrap_servers})
+                    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+                producer = multiprocessing.Process(target=_interleaved_process, args=(
+                    answers, PRODUCER_CPUS if pinned else None, {side: stacks[side].bootstrap_servers for side in SIDES},
+                    {side: stacks[side].processes[1].pid for side in SIDES}, topic, counts[name], workload,
+                    bursts[name], first))
+                producer.start()
+                measured = answers.get(timeout=900)
+                producer.join()
+            for group in _sides_in_turn(number, order):
+                start = multiprocessing.Barrier(len(group))
+                answers: multiprocessing.Queue = multiprocessing.Queue()
+                producers = [multiprocessing.Process(target=_producer_process, args=(
+                    side, answers, stacks[side].bootstrap_servers, stacks[side].processes[1].pid, f"{name}-{number}",
+                    counts[name], workload, start)) for side in group]
+                for process in producers:
+                    process.start()
+                measured.update(answers.get(timeout=900) for _ in group)
+                for process in producers:
+                    process.join()
         rates = {side: measured[side][0] for side in SIDES}
         cpu = {side: measured[side][1] for side in SIDES}
         sent = {side: measured[side][2] for side in SIDES}
-        result[f"{name}_scrapes"] = scraper.scrapes
+        result[f"{name}_scrapes"] = scraper.scrapes if scraper is not None else 0
         unit = "request" if workload.get("records_per_request") else "record"
         per_request = {side: counts[name] / sent[side] for side in SIDES}  # records (fixed: 1 request)
         result[name] = {"unit": unit, "records_per_s": rates, "ratio": rates["on"] / rates["off"],
@@ -232,11 +410,27 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], 
                         "produce_requests": sent, f"{unit}s_per_request": per_request,
                         "broker_cpu_us_per_request": {side: cpu[side] * per_request[side] for side in SIDES}}
         print(f"run {number} {name}: on/off {result[name]['ratio']:.3f} ({rates['on']:,.0f} / {rates['off']:,.0f} "
-              f"{unit}s/s), broker CPU us/{unit} on {cpu['on']:.1f} off {cpu['off']:.1f}, {unit}s/request "
-              f"on {per_request['on']:.2f} off {per_request['off']:.2f}", flush=True)
+              f"{unit}s/s), broker CPU us/{unit} on {cpu['on']:.1f} off {cpu['off']:.1f} (off/on "
+              f"{result[name]['cpu_ratio']:.3f}), {unit}s/request on {per_request['on']:.2f} off "
+              f"{per_request['off']:.2f}", flush=True)
     result["load_average"] = os.getloadavg()
     result["cpu_pressure_avg10"] = cpu_pressure()
     return result
+
+
+def idle_cpu_ms_per_s(stacks: dict[str, LocalStack], seconds: float = 3.0) -> dict[str, float]:
+    """Each broker's CPU while nothing is produced (its DynamoDB polling, heartbeats, timers)."""
+    pids = {side: stacks[side].processes[1].pid for side in SIDES}
+    before = {side: broker_cpu_s(pid) for side, pid in pids.items()}
+    time.sleep(seconds)
+    return {side: (broker_cpu_s(pid) - before[side]) / seconds * 1000 for side, pid in pids.items()}
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    quartiles = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
+    return {"median": statistics.median(ordered), "q1": quartiles[0], "q3": quartiles[2], "min": ordered[0],
+            "max": ordered[-1]}
 
 
 def main() -> None:
@@ -249,6 +443,15 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     parser.add_argument("--scrape-interval", type=float, default=15.0,
                         help="seconds between scrapes of the 'on' broker (Prometheus's usual 15 s)")
+    parser.add_argument("--order", choices=("interleaved", "alternate", "together"), default="interleaved",
+                        help="the two sides in short bursts taken in turn from one producer process, one whole "
+                             "run at a time (on/off, then off/on), or both at once")
+    parser.add_argument("--burst", type=float, default=0.05,
+                        help="interleaved: records (fixed workloads: requests) per burst, as a share of a run's")
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="interleaved: leave the brokers and the producer wherever the scheduler puts them")
+    parser.add_argument("--control", action="store_true",
+                        help="both stacks with metrics off: the ratios the bench reads when nothing differs")
     parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
     args = parser.parse_args()
     counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests,
@@ -258,14 +461,22 @@ def main() -> None:
         parser.error(f"unknown workloads {unknown}; choose from {list(WORKLOADS)}")
     with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
         stacks = {side: LocalStack(directory=Path(directory) / side, brokers=1,
-                                   overrides={"metrics.port": "0" if side == "on" else "-1"}) for side in SIDES}
+                                   overrides={"metrics.port": "0" if side == "on" and not args.control else "-1"})
+                  for side in SIDES}
         try:
             for stack in stacks.values():
                 stack.start()
             if stacks["off"].processes[1].metrics_port is not None:
                 raise RuntimeError("the 'off' broker serves metrics")
-            runs = [one_run(number, stacks, counts, args.scrape_interval, workloads) for number in range(args.runs)]
-            scraping = scrape_cost(stacks["on"])
+            idle = idle_cpu_ms_per_s(stacks)
+            bursts = {name: max(1, int(counts[name] * args.burst)) for name in workloads}
+            pinned = args.pin and args.order == "interleaved" and len(os.sched_getaffinity(0)) >= 2
+            if pinned:
+                for stack in stacks.values():
+                    pin(stack.processes[1].pid, BROKER_CPUS)
+            runs = [one_run(number, stacks, counts, args.scrape_interval, workloads, args.order, bursts, pinned)
+                    for number in range(args.runs)]
+            scraping = scrape_cost(stacks["on"]) if not args.control else None
         finally:
             for stack in stacks.values():
                 stack.stop(save_state=False)
@@ -273,7 +484,15 @@ def main() -> None:
     result = {
         **result_header("metrics_overhead"),
         "records": {name: counts[name] for name in workloads}, "runs_count": args.runs,
-        "scrape_interval_s": args.scrape_interval,
+        "scrape_interval_s": args.scrape_interval, "order": args.order,
+        "burst_share": args.burst if args.order == "interleaved" else None,
+        "pinned": {"brokers": sorted(BROKER_CPUS), "producer": sorted(PRODUCER_CPUS)} if pinned else None,
+        "control": args.control,  # true: both sides had metrics off
+        "idle_broker_cpu_ms_per_s": idle,
+        "spread": {
+            **{f"{name}_ratio_on_over_off": _spread([run[name]["ratio"] for run in runs]) for name in workloads},
+            **{f"{name}_cpu_ratio_off_over_on": _spread([run[name]["cpu_ratio"] for run in runs]) for name in workloads},
+        },
         "median": {
             **{f"{name}_ratio_on_over_off": statistics.median(run[name]["ratio"] for run in runs) for name in workloads},
             **{f"{name}_records_per_s_{side}": statistics.median(run[name]["records_per_s"][side] for run in runs)

@@ -40,7 +40,13 @@ from pynamodb.models import Model
 
 from broker_core.aws import AwsSettings
 from broker_core.clock import wall_clock_ms
-from broker_core.dynamodb_tables import bind_model, condition_failed, ensure_tables, failures_as
+from broker_core.dynamodb_tables import (
+    bind_model,
+    condition_failed,
+    ensure_tables,
+    failures_as,
+    share_connection,
+)
 from broker_core.quotas.entities import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -101,6 +107,8 @@ class HttpQuotas:
     def __init__(self, settings: AwsSettings) -> None:
         self.store = QuotaStore(settings)
         self.model: type[QuotaBucketItem] = bind_model(QuotaBucketItem, settings, BUCKETS_TABLE)
+        # one observed client: its calls count in the DynamoDB call metrics (broker_core.metrics.aws_calls)
+        share_connection([self.model], settings)
         self._quotas = ClientQuotas()
         self._loaded_at = -math.inf
 

@@ -298,6 +298,19 @@ class ControllerRunResult:
 
     fenced_brokers: tuple[int, ...]
     changed_partitions: tuple[PartitionState, ...]
+    # Those of changed_partitions that a SHUTTING_DOWN broker led: moved by its controlled shutdown.
+    shutdown_moves: tuple[PartitionState, ...] = ()
+
+
+@dataclass(frozen=True)
+class ControlledShutdownResult:
+    """What `Controller.controlled_shutdown` did: the partitions its pass changed (new states), of those
+    the ones a SHUTTING_DOWN broker led (moved off it), and those the broker still leads (no other
+    live ISR member; empty: it may stop)."""
+
+    changed_partitions: tuple[PartitionState, ...]
+    shutdown_moves: tuple[PartitionState, ...]
+    still_led: list[PartitionState]
 
 
 @dataclass
@@ -376,8 +389,9 @@ class Controller:
             ):
                 fenced.append(broker.broker_id)
             self._observations.pop(broker.broker_id, None)
-        changed = self._elect_leaders(controller_epoch)
-        return ControllerRunResult(fenced_brokers=tuple(fenced), changed_partitions=tuple(changed))
+        changed, shutdown_moves = self._elect_leaders(controller_epoch)
+        return ControllerRunResult(fenced_brokers=tuple(fenced), changed_partitions=tuple(changed),
+                                   shutdown_moves=tuple(shutdown_moves))
 
     def elect(self, wanted: Iterable[tuple[str, int]] | None, *, unclean: bool
               ) -> dict[tuple[str, int], PartitionState | ElectionOutcome | None]:
@@ -440,16 +454,17 @@ class Controller:
                 continue
         return changed
 
-    def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[PartitionState]:
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> ControlledShutdownResult:
         """Mark the broker SHUTTING_DOWN and move its leaderships to other live ISR members.
 
-        Returns the partitions it still leads (those with no other live ISR member); empty means
-        the broker may stop. Raises BrokerFencedError if ``broker_epoch`` is stale and
-        FencedControllerError if this controller lost its lease.
+        Returns what its pass changed and the partitions the broker still leads (no other live ISR
+        member); none still led means the broker may stop. Raises BrokerFencedError if ``broker_epoch`` is
+        stale and FencedControllerError if this controller lost its lease.
         """
         self._store.set_broker_state(broker_id, broker_epoch, BrokerState.SHUTTING_DOWN)
-        self._elect_leaders(self.controller_epoch)
-        return self._store.partitions_led_by(broker_id)
+        changed, moved = self._elect_leaders(self.controller_epoch)
+        return ControlledShutdownResult(changed_partitions=tuple(changed), shutdown_moves=tuple(moved),
+                                        still_led=self._store.partitions_led_by(broker_id))
 
     def current_snapshot(self) -> ClusterSnapshot:
         """The cluster as of now, read as cheaply as `_current_snapshot` can (for the controller's
@@ -472,11 +487,12 @@ class Controller:
         self._snapshot = self._store.snapshot()
         return self._snapshot
 
-    def _elect_leaders(self, controller_epoch: int) -> list[PartitionState]:
+    def _elect_leaders(self, controller_epoch: int) -> tuple[list[PartitionState], list[PartitionState]]:
+        """The partitions changed (new states), and of those the ones a SHUTTING_DOWN broker led."""
         # Every broker-state and partition change bumps the metadata version, so a version this
         # controller already planned from cannot call for a change; skip the full read.
         if self._planned_version is not None and self._store.metadata_version() == self._planned_version:
-            return []
+            return [], []
         snapshot = self._current_snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
         shutting_down = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.SHUTTING_DOWN}
@@ -506,4 +522,6 @@ class Controller:
                             "partition_epoch": written.partition_epoch, "isr": list(written.isr),
                             "controller_epoch": controller_epoch})
         self._planned_version = None if result.written or result.conflicted else snapshot.version
-        return list(result.written)
+        shutdown_moves = [written for written in result.written
+                          if previous_leaders.get((written.topic, written.partition), -1) in shutting_down]
+        return list(result.written), shutdown_moves

@@ -90,6 +90,13 @@ class MetadataImage:
             keys.update((name, index) for index in range(topic.num_partitions))
         return keys
 
+    def leader_changes(self, states: Iterable[PartitionState]) -> int:
+        """How many of ``states`` give their partition another leader than this image has (a partition
+        the image does not know counts): what the controller's election metrics count."""
+        partitions = self.partitions
+        return sum(1 for state in states
+                   if (known := partitions.get((state.topic, state.partition))) is None or known.leader != state.leader)
+
     def live_brokers(self) -> list[BrokerRegistration]:
         return [b for b in self.brokers.values() if b.state is BrokerState.RUNNING]
 

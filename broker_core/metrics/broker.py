@@ -18,7 +18,7 @@ if the slow-request log is on (``floe.request.slow.ms``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from typing import Protocol
 
 from prometheus_client import generate_latest
@@ -236,6 +236,17 @@ class BrokerMetrics:
                              clock.split_ms(), throttle_s * 1000.0)
 
     # less frequent --------------------------------------------------------------------------
+
+    def elections_done(self, elected: Mapping[str, int], seconds: float) -> None:
+        """Partitions given a new leader by one controller pass or request, by cause
+        (``floe_controller_elections_total``); the pass's time goes to ``floe_controller_election_seconds``
+        once, if it elected any."""
+        if not any(elected.values()):
+            return
+        for cause, count in elected.items():
+            if count:
+                self.elections.labels(cause).inc(count)
+        self.election_seconds.observe(seconds)
 
     def quota_recorded(self, quota: str, group: tuple[str, str], amount: float, throttle_s: float) -> None:
         """A client group's use of a quota and the throttle it got (broker_core.quotas.manager reports);

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -89,6 +90,7 @@ class ReassignmentApis:
         results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {
             key: (ErrorCode.invalid_request, "the partition is named more than once") for key in duplicates}
         todo = {key: target for key, target in wanted.items() if key not in duplicates}
+        started = time.perf_counter()
         try:
             outcomes = await asyncio.to_thread(
                 self.reassignments.alter, todo, controller.controller_epoch,
@@ -97,6 +99,12 @@ class ReassignmentApis:
             return answer(ErrorCode.not_controller, "the controller lease moved on", {})
         except meta_errors.MetadataError as exc:
             return answer(ErrorCode.request_timed_out, str(exc), {})
+        # A move whose targets are already in the ISR completes at once, and may give the partition a
+        # new leader (its leader not among the targets): counted as the controller's elections are.
+        self.context.metrics.elections_done(
+            {"reassignment": self.context.image.leader_changes(
+                outcome for outcome in outcomes.values() if not isinstance(outcome, Refused))},
+            time.perf_counter() - started)
         changed = []
         for key, outcome in outcomes.items():
             if isinstance(outcome, Refused):

@@ -260,7 +260,9 @@ class Broker:
         """
         me, epoch = self.config.broker_id, self.broker_epoch
         if self.controller is not None and self.lease.controller_epoch is not None:
-            await asyncio.to_thread(self.controller.controlled_shutdown, me, epoch)
+            started = time.perf_counter()
+            done = await asyncio.to_thread(self.controller.controlled_shutdown, me, epoch)
+            self._count_elections(done.changed_partitions, done.shutdown_moves, started)
             await asyncio.to_thread(self.lease.release)
             self.controller = None
         else:
@@ -467,8 +469,11 @@ class Broker:
             await asyncio.to_thread(self.store.bump_metadata_version)
         started = time.perf_counter()
         result = await asyncio.to_thread(self.controller.run_once)
-        self._count_elections("broker_change", result.changed_partitions, started)
+        self._count_elections(result.changed_partitions, result.shutdown_moves, started)
+        started = time.perf_counter()
         completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch, self.controller.current_snapshot)
+        self.metrics.elections_done({"reassignment": self.image.leader_changes(completed)},
+                                    time.perf_counter() - started)
         for state in completed:
             log.info("reassignment of %s-%d completed: replicas %s, leader %d", state.topic, state.partition,
                      list(state.replicas), state.leader)
@@ -477,18 +482,20 @@ class Broker:
             started = time.perf_counter()
             moved = await asyncio.to_thread(self.controller.rebalance_leaders,
                                             self.config.get_int("leader.imbalance.per.broker.percentage"))
-            self._count_elections("preferred_rebalance", moved, started)
+            self.metrics.elections_done({"preferred_rebalance": self.image.leader_changes(moved)},
+                                        time.perf_counter() - started)
             if moved:
                 log.info("leader rebalance moved %d leaderships back to preferred replicas", len(moved))
 
-    def _count_elections(self, cause: str, changed: Sequence[PartitionState], started: float) -> None:
-        """Count the partitions of a controller pass whose leader changed, and time the pass if any did."""
-        elected = sum(1 for state in changed
-                      if (known := self.image.partitions.get((state.topic, state.partition))) is None
-                      or known.leader != state.leader)
-        if elected:
-            self.metrics.elections.labels(cause).inc(elected)
-            self.metrics.election_seconds.observe(time.perf_counter() - started)
+    def _count_elections(self, changed: Sequence[PartitionState], shutdown_moves: Sequence[PartitionState],
+                         started: float) -> None:
+        """Count the partitions of a controller pass whose leader changed (against this broker's image),
+        those moved off a SHUTTING_DOWN broker as ``controlled_shutdown``, the rest as ``broker_change``,
+        and time the pass if any did."""
+        moved = {(state.topic, state.partition) for state in shutdown_moves}
+        self.metrics.elections_done({
+            "broker_change": self.image.leader_changes(s for s in changed if (s.topic, s.partition) not in moved),
+            "controlled_shutdown": self.image.leader_changes(shutdown_moves)}, time.perf_counter() - started)
 
     def _renew_controller_lease(self) -> None:
         """Bump the lease's heartbeat while this broker holds it (every heartbeat interval, in the

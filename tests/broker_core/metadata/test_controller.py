@@ -138,21 +138,26 @@ def test_last_isr_member_leads_again_when_it_registers_again(store, register_bro
 def test_controlled_shutdown_moves_every_leadership_away(store, register_brokers, controller):
     epochs = register_brokers([1, 2])
     store.create_topic("t", 4, 2)
-    assert store.partitions_led_by(1)
+    led_before = sorted(store.partitions_led_by(1), key=lambda p: p.partition)
+    assert led_before
 
-    still_led = controller.controlled_shutdown(1, epochs[1])
+    done = controller.controlled_shutdown(1, epochs[1])
 
-    assert still_led == []
+    assert done.still_led == []
     assert store.get_broker(1).state is BrokerState.SHUTTING_DOWN
     for p in store.get_partitions("t"):
         assert (p.leader, p.isr) == (2, (2,))
+    # what the election metrics count as controlled_shutdown: the partitions broker 1 led, now broker 2's
+    assert sorted(p.partition for p in done.shutdown_moves) == [p.partition for p in led_before]
+    assert all(p.leader == 2 for p in done.shutdown_moves)
 
 
 def test_controlled_shutdown_keeps_partitions_without_another_isr_member(store, register_brokers, controller):
     epochs = register_brokers([1])
     store.create_topic("t", 2, 1)
-    still_led = controller.controlled_shutdown(1, epochs[1])
-    assert [p.partition for p in still_led] == [0, 1]
+    done = controller.controlled_shutdown(1, epochs[1])
+    assert [p.partition for p in done.still_led] == [0, 1]
+    assert done.shutdown_moves == ()
     assert all(p.leader == 1 for p in store.get_partitions("t"))
 
 
@@ -162,9 +167,13 @@ def test_a_broker_that_marks_itself_shutting_down_is_drained_by_the_next_control
     epochs = register_brokers([1, 2])
     store.create_topic("t", 4, 2)
     controller.run_once(now_ms=0)
+    led_before = {p.partition for p in store.partitions_led_by(2)}
     store.set_broker_state(2, epochs[2], BrokerState.SHUTTING_DOWN)
-    controller.run_once(now_ms=1)
+    result = controller.run_once(now_ms=1)
     assert store.partitions_led_by(2) == []
+    # counted as controlled_shutdown elections, not broker_change: broker 2 was shutting down
+    assert {p.partition for p in result.shutdown_moves} == led_before
+    assert all(p.leader == 1 for p in result.shutdown_moves)
 
 
 def _partition(leader: int, isr: tuple[int, ...], replicas: tuple[int, ...] = (1, 2, 3)) -> PartitionState:

@@ -1,4 +1,5 @@
-"""The transaction, quota and ACL stores count their DynamoDB calls like every other store.
+"""The transaction, quota and ACL stores, and the HTTP front end's quota buckets, count their DynamoDB
+calls like every other store.
 
 No DynamoDB here: each store's botocore client is answered from botocore's own ``before-send`` event
 (the request is built, signed and its answer parsed as usual, only the HTTP exchange is skipped), so
@@ -20,6 +21,7 @@ from broker_core.metrics.aws_calls import DYNAMODB_CALLS
 from broker_core.quotas.store import QUOTAS_TABLE, QuotaStore
 from broker_core.security.acl_store import ACLS_TABLE, AclStore
 from broker_core.transactions.store import TRANSACTIONS_TABLE, TransactionStore
+from functions.quotas import BUCKETS_TABLE, HttpQuotas
 
 
 class _Body:
@@ -91,3 +93,17 @@ def test_the_acl_store_counts_its_scans(settings: AwsSettings) -> None:
     loaded = []
     assert count_change(settings.table_prefix + ACLS_TABLE, "Scan", lambda: loaded.append(store.load())) == (1, 0)
     assert loaded == [[]]
+
+
+def test_the_http_quota_buckets_count_their_reads_and_writes(settings: AwsSettings) -> None:
+    quotas = HttpQuotas(settings)
+    bucket = {"bucket": {"S": "producer_byte_rate|u|"}, "tokens": {"N": "100"}, "updated_ms": {"N": "1"},
+              "version": {"N": "4"}, "expiration": {"N": "1"}}
+    answering(quotas.model, {"GetItem": (200, {"Item": bucket}), "PutItem": (200, {})})
+    table = settings.table_prefix + BUCKETS_TABLE
+    tokens = []
+    assert count_change(table, "GetItem", lambda: tokens.append(quotas._tokens("producer_byte_rate|u|", 1000.0))) \
+        == (1, 0)
+    assert tokens == [1000.0]  # the bucket read back, refilled to its burst
+    # a charge reads the bucket and writes it back conditional on its version
+    assert count_change(table, "PutItem", lambda: quotas._take("producer_byte_rate|u|", 1000.0, 10)) == (1, 0)
