@@ -145,13 +145,33 @@ def _read_all(stack: LocalStack, topic: str, stopping: threading.Event | None, r
         consumer.close()
 
 
-def _stop_live_reader(reader: threading.Thread, settled: threading.Event) -> None:
-    """Let the live consumer finish once every transaction has ended: before that a read_committed
+def _finish(stack: LocalStack, topic: str, transactional_ids: list[str], stopping: threading.Event,
+            producers: list[threading.Thread], reader: threading.Thread, settled: threading.Event) -> list[bytes]:
+    """Stop the producers, wait until every transaction has ended, let the live consumer finish, and
+    return what a fresh read_committed consumer reads of ``topic``.
+
+    The live consumer finishes only once every transaction has ended: before that a read_committed
     reader may rightly see part of a committed transaction, whose markers reach its partitions one
     by one (Kafka promises all or none once the transaction is complete, not at every instant)."""
+    stopping.set()
+    for thread in producers:
+        thread.join(timeout=120)
+        assert not thread.is_alive(), f"{thread.name} did not stop"
+
+    def all_ended() -> bool:
+        listed = _request(stack, 1, ApiKey.LIST_TRANSACTIONS, {
+            "state_filters": ("Ongoing", "PrepareCommit", "PrepareAbort"), "producer_id_filters": (),
+            "duration_filter": -1}, 1)
+        return not [t for t in listed.transaction_states if t.transactional_id in transactional_ids]
+
+    wait_until(all_ended, timeout_s=TRANSACTION_TIMEOUT_MS / 1000 + 30, interval_s=0.5,
+               what="every transaction to end (commit or abort)")
     settled.set()
     reader.join(timeout=120)
     assert not reader.is_alive(), "the live consumer did not reach the end"
+    final_read: list[bytes] = []
+    _read_all(stack, topic, None, final_read)
+    return final_read
 
 
 def _check(history: History, read: list[bytes], who: str, complete: bool) -> None:
@@ -199,22 +219,7 @@ def test_transactions_survive_killing_their_coordinator(checker_stack: LocalStac
         time.sleep(interval / 2)
         stack.restart_broker(3)
     time.sleep(interval)
-    stopping.set()
-    for thread in threads:
-        thread.join(timeout=120)
-        assert not thread.is_alive(), f"{thread.name} did not stop"
-
-    def all_ended() -> bool:
-        listed = _request(stack, 1, ApiKey.LIST_TRANSACTIONS, {
-            "state_filters": ("Ongoing", "PrepareCommit", "PrepareAbort"), "producer_id_filters": (),
-            "duration_filter": -1}, 1)
-        return not [t for t in listed.transaction_states if t.transactional_id in transactional_ids]
-
-    wait_until(all_ended, timeout_s=TRANSACTION_TIMEOUT_MS / 1000 + 30, interval_s=0.5,
-               what="every transaction to end (commit or abort)")
-    _stop_live_reader(reader, settled)
-    final_read: list[bytes] = []
-    _read_all(stack, topic, None, final_read)
+    final_read = _finish(stack, topic, transactional_ids, stopping, threads, reader, settled)
 
     outcomes = Counter(history.outcomes.values())
     assert outcomes["committed"] > 0 and outcomes["aborted"] > 0, outcomes
@@ -337,22 +342,7 @@ def test_transactions_survive_a_nemesis_of_coordinator_leader_and_controller_fau
             time.sleep(PAUSE_S)
             stack.restart_broker(victim)
         time.sleep(6)
-    stopping.set()
-    for thread in threads:
-        thread.join(timeout=120)
-        assert not thread.is_alive(), f"{thread.name} did not stop"
-
-    def all_ended() -> bool:
-        listed = _request(stack, 1, ApiKey.LIST_TRANSACTIONS, {
-            "state_filters": ("Ongoing", "PrepareCommit", "PrepareAbort"), "producer_id_filters": (),
-            "duration_filter": -1}, 1)
-        return not [t for t in listed.transaction_states if t.transactional_id in transactional_ids]
-
-    wait_until(all_ended, timeout_s=TRANSACTION_TIMEOUT_MS / 1000 + 30, interval_s=0.5,
-               what="every transaction to end (commit or abort)")
-    _stop_live_reader(reader, settled)
-    final_read: list[bytes] = []
-    _read_all(stack, topic, None, final_read)
+    final_read = _finish(stack, topic, transactional_ids, stopping, threads, reader, settled)
     committed = {v for name, values in history.written.items() if history.outcomes[name] == "committed" for v in values}
 
     # A commit the copier was not told of (its answer lost to a fault) is in the sink but not in
