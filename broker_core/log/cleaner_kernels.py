@@ -372,6 +372,6 @@ def warm_up() -> None:
     offset_map.seed1, offset_map.seed2 = seeds
     offset_map.merge_rows(records.hashes1[:1], records.hashes2[:1], records.offsets[:1], 0)
     offset_map.lookup(records.hashes1[:1], records.hashes2[:1])
-    offset_map._reserve(2 * len(offset_map._offsets))  # noqa: SLF001 - a rehash, as a growing map does
+    offset_map.reserve(1024)  # a rehash, as a growing map does
     offset_map.decide(batches, records, 1)
     gather_kept(buf, records.starts, records.ends, records.keep, 0, 1, np.empty(len(buf), np.uint8))

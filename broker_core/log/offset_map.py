@@ -60,7 +60,7 @@ class OffsetMap:
 
         return np.uint64(self.seed1), np.uint64(self.seed2)
 
-    def _reserve(self, keys: int) -> None:
+    def reserve(self, keys: int) -> None:
         """Grow the table (doubling) so that ``keys`` keys leave it at most half full."""
         import numpy as np
 
@@ -91,7 +91,7 @@ class OffsetMap:
 
         from . import cleaner_kernels as kernels
 
-        self._reserve(min(self._used + len(offsets), self.capacity + 1))
+        self.reserve(min(self._used + len(offsets), self.capacity + 1))
         undo_slots = np.empty(len(offsets), np.int64)
         undo_values = np.empty(len(offsets), np.int64)
         added, done = kernels.map_insert(self._hashes1, self._hashes2, self._offsets, self._mask, self._used,
@@ -109,7 +109,7 @@ class OffsetMap:
 
         from . import cleaner_kernels as kernels
 
-        self._reserve(1)
+        self.reserve(1)
         out = np.empty(len(hashes1), np.int64)
         kernels.map_lookup(self._hashes1, self._hashes2, self._offsets, self._mask, hashes1, hashes2, out)
         return out
@@ -118,7 +118,7 @@ class OffsetMap:
         """`cleaner_kernels.decide` over the first ``count`` batches of ``batches`` and their records."""
         from . import cleaner_kernels as kernels
 
-        self._reserve(1)
+        self.reserve(1)
         kernels.decide(self._hashes1, self._hashes2, self._offsets, self._mask,
                        batches.firsts[:count], batches.counts[:count], batches.expires[:count],
                        *records.fields(), records.keep, batches.kept, batches.kept_nulls, batches.max_deltas,
