@@ -30,6 +30,13 @@ ended). Transactional batches and control batches (markers) are kept whole and t
 mapped: Floe keeps them rather than decide which aborted or finished transactions Kafka could drop.
 Reading and writing go through an `IoThrottle`: each cleaner process holds its share of
 log.cleaner.io.max.bytes.per.second.
+
+The per-record work runs in native code (`broker_core.log.cleaner_kernels`): segments are read in
+pieces of 1 MiB whose batches and records one kernel call walks into arrays (offset, 128-bit key hash,
+null value, byte range, timestamp delta), the offset map is an open-addressing table of those hashes,
+one call decides every record of a piece, and one copies the kept records' bytes; Python then handles
+each batch as a whole (header, CRC, codec). A compressed batch is decompressed once and walked the
+same way. `scan_records` is the record-at-a-time Python scan the kernels are tested against.
 """
 
 from __future__ import annotations
@@ -334,7 +341,7 @@ class _Pass:
         batches, records = self._arrays(len(data))
         verdict, count, consumed, rows, bad_position, _ = kernels.walk_batches(
             np.frombuffer(data, np.uint8), *self.seeds, self.job.now_ms, batches.starts, batches.sizes,
-            batches.kinds, batches.firsts, batches.counts, batches.expires, *records.fields())
+            batches.kinds, batches.firsts, batches.counts, batches.expires, batches.producer_ids, *records.fields())
         if verdict == kernels.BAD_BATCH_LENGTH:
             length = int.from_bytes(data[bad_position + 8:bad_position + 12], "big", signed=True)
             raise CorruptBatchError(f"batch length {length} in a segment of {self.job.directory}",
@@ -386,7 +393,8 @@ class _Pass:
         return section, records, rows
 
 
-# What the cleaner needs of one record, read without decoding its value or headers:
+# What the cleaner needs of one record, read without decoding its value or headers (the reference for
+# `cleaner_kernels.scan_section`, which gives the same facts with a 128-bit hash for the MD5):
 # (offset, MD5 of the key or None, is a tombstone, start and end of its bytes in the records section,
 # timestamp delta).
 Scanned = tuple[int, bytes | None, bool, int, int, int]
@@ -625,42 +633,52 @@ def _clean_compressed(run: _Pass, data: memoryview, header: BatchHeader, keep_he
 
 
 def _clean_piece(run: _Pass, piece: _Piece, writer: _GroupWriter) -> BatchHeader | None:
-    """Write the cleaned form of every batch of ``piece``; return the last batch's header."""
+    """Write the cleaned form of every batch of ``piece``; return the last batch's header.
+
+    A batch left with no record and no producer whose last batch it could be goes without a look at
+    its header; every other batch is handled on its own.
+    """
     import numpy as np
 
     from . import cleaner_kernels as kernels
 
     batches, records, count = piece.batches, piece.records, piece.count
+    if not count:
+        return None
     run.offset_map.decide(batches, records, count)
-    bodies = np.empty(int(batches.body_bytes[:count].sum()), np.uint8)
+    body_bytes = batches.body_bytes[:count]
+    bodies = np.empty(int(body_bytes.sum()), np.uint8)
     kernels.gather_kept(np.frombuffer(piece.data, np.uint8), records.starts, records.ends, records.keep, 0,
                         piece.rows, bodies)
-    kinds = batches.kinds[:count].tolist()
-    firsts = batches.firsts[:count].tolist()
-    scanned = zip(batches.counts[:count].tolist(), batches.kept[:count].tolist(),
-                  batches.kept_nulls[:count].tolist(), batches.max_deltas[:count].tolist(), strict=True)
-    body_sizes = batches.body_bytes[:count].tolist()
+    body_starts = np.cumsum(body_bytes) - body_bytes
+    counts = batches.counts[:count]
+    dropped = (batches.kinds[:count] == kernels.KIND_SCANNED) & (counts > 0) & (batches.kept[:count] == 0)
     producer_last_offsets = run.job.producer_last_offsets
-    body_at = 0
-    header = None
-    for number, (kind, counts, body_size) in enumerate(zip(kinds, scanned, body_sizes, strict=True)):
+    if producer_last_offsets:
+        producers = np.fromiter({producer for producer, _ in producer_last_offsets}, np.int64)
+        dropped &= ~np.isin(batches.producer_ids[:count], producers)
+    run.records_read += int(counts[dropped].sum())
+    for number in np.flatnonzero(~dropped).tolist():
         data, header = piece.batch(number)
         keep_header = (header.producer_id, header.last_offset) in producer_last_offsets
+        kind = batches.kinds[number]
         if kind == kernels.KIND_WHOLE:
             cleaned: bytes | memoryview | None = data
         elif kind == kernels.KIND_COMPRESSED:
             cleaned = _clean_compressed(run, data, header, keep_header)
         else:
-            first, stop = firsts[number], firsts[number] + counts[0]
-            at = body_at
+            first, stop = int(batches.firsts[number]), int(batches.firsts[number] + batches.counts[number])
+            at, size = int(body_starts[number]), int(body_bytes[number])
             cleaned = _cleaned(
-                run, data, header, counts, lambda at=at, size=body_size: bodies[at:at + size].tobytes(),
+                run, data, header,
+                (stop - first, int(batches.kept[number]), int(batches.kept_nulls[number]),
+                 int(batches.max_deltas[number])),
+                lambda at=at, size=size: bodies[at:at + size].tobytes(),
                 lambda first=first, stop=stop: records.offsets[first:stop][records.keep[first:stop]].tolist(),
                 keep_header)
-            body_at += body_size
         if cleaned is not None:
             writer.add(cleaned, header)
-    return header
+    return piece.batch(count - 1)[1]
 
 
 class _GroupWriter:

@@ -163,11 +163,12 @@ def _big_endian(buf, position, size):
 @_jit
 def walk_batches(buf, seed1, seed2, now_ms,
                  batch_starts, batch_sizes, batch_kinds, batch_firsts, batch_counts, batch_expires,
-                 offsets, hashes1, hashes2, has_key, is_null, starts, ends, timestamp_deltas):
+                 batch_producer_ids, offsets, hashes1, hashes2, has_key, is_null, starts, ends, timestamp_deltas):
     """Walk the whole batches at the start of ``buf`` (a batch cut off at its end is left for the next read).
 
     Fills the batch arrays (start, size, kind, first record row and record rows of a KIND_SCANNED
-    batch, and whether its tombstones' delete horizon is at or before ``now_ms``) and the record arrays. Returns (verdict, batches, bytes consumed, rows, position of the
+    batch, whether its tombstones' delete horizon is at or before ``now_ms``, its producer id) and
+    the record arrays. Returns (verdict, batches, bytes consumed, rows, position of the
     bad batch or record, that batch's number).
     """
     cursor = 0
@@ -185,6 +186,7 @@ def walk_batches(buf, seed1, seed2, now_ms,
         batch_sizes[batches] = size
         batch_firsts[batches] = row
         batch_counts[batches] = 0
+        batch_producer_ids[batches] = _big_endian(buf, cursor + 43, 8)
         batch_expires[batches] = (attributes & _DELETE_HORIZON) != 0 and _big_endian(buf, cursor + 27, 8) <= now_ms
         if attributes & (_TRANSACTIONAL | _CONTROL):
             batch_kinds[batches] = KIND_WHOLE
@@ -209,68 +211,70 @@ def walk_batches(buf, seed1, seed2, now_ms,
 
 
 @_jit
-def _slot(table_hashes1, table_hashes2, table_offsets, mask, hash1, hash2):
-    """The slot holding the key with these hashes, or the empty slot where it would go (linear probing)."""
+def _slot(table, mask, hash1, hash2):
+    """The slot holding the key with these hashes, or the empty slot where it would go (linear probing).
+
+    A slot is a row of ``table``: hash 1, hash 2, offset + 1 (0 for an empty slot), side by side so
+    that a probe touches one cache line.
+    """
     slot = np.int64(hash1 & mask)
-    while table_offsets[slot] != 0 and (table_hashes1[slot] != hash1 or table_hashes2[slot] != hash2):
+    while table[slot, 2] != 0 and (table[slot, 0] != hash1 or table[slot, 1] != hash2):
         slot = (slot + 1) & np.int64(mask)
     return slot
 
 
 @_jit
-def map_insert(table_hashes1, table_hashes2, table_offsets, mask, used, capacity,
-               hashes1, hashes2, offsets, undo_slots, undo_values):
+def map_insert(table, mask, used, capacity, hashes1, hashes2, offsets, undo_slots, undo_values):
     """Put each key's offset (the larger one wins) in the table; stop once it would hold more than
-    ``capacity`` keys. Table offsets are stored plus one (0 is an empty slot).
+    ``capacity`` keys.
 
     Returns (keys added, rows done); when rows done < len(offsets) the caller undoes with `map_undo`.
     The table must have room for ``capacity + 1`` keys without filling up.
     """
     added = 0
     for row in range(len(offsets)):
-        slot = _slot(table_hashes1, table_hashes2, table_offsets, mask, hashes1[row], hashes2[row])
-        old = table_offsets[slot]
+        slot = _slot(table, mask, hashes1[row], hashes2[row])
+        old = table[slot, 2]
         undo_slots[row] = slot
         undo_values[row] = old
         if old == 0:
             if used + added + 1 > capacity:
                 return added, row
             added += 1
-            table_hashes1[slot] = hashes1[row]
-            table_hashes2[slot] = hashes2[row]
-        stored = offsets[row] + 1
+            table[slot, 0] = hashes1[row]
+            table[slot, 1] = hashes2[row]
+        stored = np.uint64(offsets[row] + 1)
         if stored > old:
-            table_offsets[slot] = stored
+            table[slot, 2] = stored
     return added, len(offsets)
 
 
 @_jit
-def map_undo(table_offsets, undo_slots, undo_values, rows):
+def map_undo(table, undo_slots, undo_values, rows):
     """Undo the first ``rows`` insertions of `map_insert`, last first: the table is as it was before."""
     for row in range(rows - 1, -1, -1):
-        table_offsets[undo_slots[row]] = undo_values[row]
+        table[undo_slots[row], 2] = undo_values[row]
 
 
 @_jit
-def map_rehash(table_hashes1, table_hashes2, table_offsets, new_hashes1, new_hashes2, new_offsets, new_mask):
-    for slot in range(len(table_offsets)):
-        if table_offsets[slot] != 0:
-            target = _slot(new_hashes1, new_hashes2, new_offsets, new_mask, table_hashes1[slot], table_hashes2[slot])
-            new_hashes1[target] = table_hashes1[slot]
-            new_hashes2[target] = table_hashes2[slot]
-            new_offsets[target] = table_offsets[slot]
+def map_rehash(table, new_table, new_mask):
+    for slot in range(len(table)):
+        if table[slot, 2] != 0:
+            target = _slot(new_table, new_mask, table[slot, 0], table[slot, 1])
+            new_table[target, 0] = table[slot, 0]
+            new_table[target, 1] = table[slot, 1]
+            new_table[target, 2] = table[slot, 2]
 
 
 @_jit
-def map_lookup(table_hashes1, table_hashes2, table_offsets, mask, hashes1, hashes2, out):
+def map_lookup(table, mask, hashes1, hashes2, out):
     """``out[i]`` = the latest offset of key i, -1 when the table does not hold it."""
     for row in range(len(hashes1)):
-        slot = _slot(table_hashes1, table_hashes2, table_offsets, mask, hashes1[row], hashes2[row])
-        out[row] = table_offsets[slot] - 1
+        out[row] = np.int64(table[_slot(table, mask, hashes1[row], hashes2[row]), 2]) - 1
 
 
 @_jit
-def decide(table_hashes1, table_hashes2, table_offsets, mask,
+def decide(table, mask,
            batch_firsts, batch_counts, batch_expires,
            offsets, hashes1, hashes2, has_key, is_null, starts, ends, timestamp_deltas,
            keep, batch_kept, batch_kept_nulls, batch_max_deltas, batch_body_bytes):
@@ -287,8 +291,7 @@ def decide(table_hashes1, table_hashes2, table_offsets, mask,
         for row in range(batch_firsts[batch], batch_firsts[batch] + batch_counts[batch]):
             stays = False
             if has_key[row] and not (is_null[row] and batch_expires[batch]):
-                slot = _slot(table_hashes1, table_hashes2, table_offsets, mask, hashes1[row], hashes2[row])
-                stays = table_offsets[slot] - 1 <= offsets[row]
+                stays = np.int64(table[_slot(table, mask, hashes1[row], hashes2[row]), 2]) - 1 <= offsets[row]
             keep[row] = stays
             if stays:
                 kept += 1
@@ -345,6 +348,7 @@ class BatchArrays:
         self.firsts = np.empty(capacity, np.int64)
         self.counts = np.empty(capacity, np.int64)
         self.expires = np.zeros(capacity, np.bool_)
+        self.producer_ids = np.empty(capacity, np.int64)
         self.kept = np.empty(capacity, np.int64)
         self.kept_nulls = np.empty(capacity, np.int64)
         self.max_deltas = np.empty(capacity, np.int64)
@@ -367,7 +371,7 @@ def warm_up() -> None:
     buf = np.frombuffer(bytes(header) + record, np.uint8)
     scan_section(section, 0, len(section), 1, 0, *seeds, 0, *records.fields())
     walk_batches(buf, *seeds, 0, batches.starts, batches.sizes, batches.kinds, batches.firsts, batches.counts,
-                 batches.expires, *records.fields())
+                 batches.expires, batches.producer_ids, *records.fields())
     offset_map = OffsetMap(4)
     offset_map.seed1, offset_map.seed2 = seeds
     offset_map.merge_rows(records.hashes1[:1], records.hashes2[:1], records.offsets[:1], 0)

@@ -5,7 +5,7 @@ length. Floe keys it by two independent 64-bit hashes of the key, computed in na
 rest of the record walk (`broker_core.log.cleaner_kernels`, whose docstring states the hash): 128 bits
 as well, seeded at random per map, so a different key with the same hashes is a risk of about 2^-128
 per pair, the risk Kafka accepts for MD5. The table is Kafka's too: open addressing with linear
-probing over numpy arrays of 8 + 8 bytes of hash and 8 of offset per slot (24 bytes an entry), grown
+probing over a numpy array of 8 + 8 bytes of hash and 8 of offset per slot (24 bytes an entry), grown
 by doubling and kept at most half full, never holding more than ``capacity`` keys. The capacity in
 entries is Kafka's: the dedupe buffer share of one cleaner thread divided by 24 bytes, times a load
 factor of 0.9.
@@ -42,9 +42,7 @@ class OffsetMap:
         self.seed1 = int.from_bytes(seeds[:8], "little")
         self.seed2 = int.from_bytes(seeds[8:], "little")
         self._used = 0
-        self._hashes1: Any = None
-        self._hashes2: Any = None
-        self._offsets: Any = None  # offset + 1 per slot, 0 for an empty slot
+        self._table: Any = None  # a row per slot: hash 1, hash 2, offset + 1 (0: an empty slot)
 
     @classmethod
     def for_buffer(cls, dedupe_buffer_bytes: int, threads: int) -> OffsetMap:
@@ -66,23 +64,21 @@ class OffsetMap:
 
         from . import cleaner_kernels as kernels
 
-        size = _MIN_SLOTS if self._offsets is None else len(self._offsets)
+        size = _MIN_SLOTS if self._table is None else len(self._table)
         while size < 2 * keys:
             size *= 2
-        if self._offsets is not None and size == len(self._offsets):
+        if self._table is not None and size == len(self._table):
             return
-        hashes1, hashes2 = np.empty(size, np.uint64), np.empty(size, np.uint64)
-        offsets = np.zeros(size, np.int64)
-        if self._offsets is not None:
-            kernels.map_rehash(self._hashes1, self._hashes2, self._offsets, hashes1, hashes2, offsets,
-                               np.uint64(size - 1))
-        self._hashes1, self._hashes2, self._offsets = hashes1, hashes2, offsets
+        table = np.zeros((size, 3), np.uint64)
+        if self._table is not None:
+            kernels.map_rehash(self._table, table, np.uint64(size - 1))
+        self._table = table
 
     @property
     def _mask(self) -> Any:
         import numpy as np
 
-        return np.uint64(len(self._offsets) - 1)
+        return np.uint64(len(self._table) - 1)
 
     def merge_rows(self, hashes1: Any, hashes2: Any, offsets: Any, last_offset: int) -> bool:
         """Add one segment's keyed records (hash arrays and offsets, all above those in the map) if
@@ -93,11 +89,11 @@ class OffsetMap:
 
         self.reserve(min(self._used + len(offsets), self.capacity + 1))
         undo_slots = np.empty(len(offsets), np.int64)
-        undo_values = np.empty(len(offsets), np.int64)
-        added, done = kernels.map_insert(self._hashes1, self._hashes2, self._offsets, self._mask, self._used,
-                                         self.capacity, hashes1, hashes2, offsets, undo_slots, undo_values)
+        undo_values = np.empty(len(offsets), np.uint64)
+        added, done = kernels.map_insert(self._table, self._mask, self._used, self.capacity, hashes1, hashes2,
+                                         offsets, undo_slots, undo_values)
         if done < len(offsets):
-            kernels.map_undo(self._offsets, undo_slots, undo_values, done)
+            kernels.map_undo(self._table, undo_slots, undo_values, done)
             return False
         self._used += added
         self.latest_offset = max(self.latest_offset, last_offset)
@@ -111,7 +107,7 @@ class OffsetMap:
 
         self.reserve(1)
         out = np.empty(len(hashes1), np.int64)
-        kernels.map_lookup(self._hashes1, self._hashes2, self._offsets, self._mask, hashes1, hashes2, out)
+        kernels.map_lookup(self._table, self._mask, hashes1, hashes2, out)
         return out
 
     def decide(self, batches: Any, records: Any, count: int) -> None:
@@ -119,7 +115,7 @@ class OffsetMap:
         from . import cleaner_kernels as kernels
 
         self.reserve(1)
-        kernels.decide(self._hashes1, self._hashes2, self._offsets, self._mask,
+        kernels.decide(self._table, self._mask,
                        batches.firsts[:count], batches.counts[:count], batches.expires[:count],
                        *records.fields(), records.keep, batches.kept, batches.kept_nulls, batches.max_deltas,
                        batches.body_bytes)

@@ -97,7 +97,7 @@ def test_the_batch_walk_tells_scanned_compressed_and_transactional_batches_apart
     records = kernels.RecordArrays(100)
     verdict, count, consumed, rows, _, _ = kernels.walk_batches(
         buf, *SEEDS, NOW, batches.starts, batches.sizes, batches.kinds, batches.firsts, batches.counts,
-        batches.expires, *records.fields())
+        batches.expires, batches.producer_ids, *records.fields())
     assert (verdict, count, consumed, rows) == (kernels.OK, 4, len(data), 7)
     assert batches.kinds[:4].tolist() == [kernels.KIND_SCANNED, kernels.KIND_COMPRESSED, kernels.KIND_WHOLE,
                                           kernels.KIND_SCANNED]
@@ -116,7 +116,7 @@ def test_a_batch_length_below_the_header_size_is_named() -> None:
     records = kernels.RecordArrays(10)
     verdict, count, _, _, position, _ = kernels.walk_batches(
         np.frombuffer(bytes(data), np.uint8), *SEEDS, NOW, batches.starts, batches.sizes, batches.kinds,
-        batches.firsts, batches.counts, batches.expires, *records.fields())
+        batches.firsts, batches.counts, batches.expires, batches.producer_ids, *records.fields())
     assert (verdict, count, position) == (kernels.BAD_BATCH_LENGTH, 0, 0)
 
 
