@@ -357,8 +357,6 @@ class BatchArrays:
 
 def warm_up() -> None:
     """Load (or compile, the first time on a machine) every kernel, on a one-record batch."""
-    from broker_core.log.offset_map import OffsetMap
-
     # Read-only buffers, as the cleaner's are (numpy views of bytes read from a segment).
     record = bytes([14, 0, 0, 0, 2, ord("k"), 2, ord("v"), 0])
     section = np.frombuffer(record, np.uint8)
@@ -372,10 +370,14 @@ def warm_up() -> None:
     scan_section(section, 0, len(section), 1, 0, *seeds, 0, *records.fields())
     walk_batches(buf, *seeds, 0, batches.starts, batches.sizes, batches.kinds, batches.firsts, batches.counts,
                  batches.expires, batches.producer_ids, *records.fields())
-    offset_map = OffsetMap(4)
-    offset_map.seed1, offset_map.seed2 = seeds
-    offset_map.merge_rows(records.hashes1[:1], records.hashes2[:1], records.offsets[:1], 0)
-    offset_map.lookup(records.hashes1[:1], records.hashes2[:1])
-    offset_map.reserve(1024)  # a rehash, as a growing map does
-    offset_map.decide(batches, records, 1)
+    table, mask = np.zeros((4, 3), np.uint64), np.uint64(3)
+    undo_slots, undo_values = np.empty(1, np.int64), np.empty(1, np.uint64)
+    map_insert(table, mask, 0, 4, records.hashes1[:1], records.hashes2[:1], records.offsets[:1], undo_slots,
+               undo_values)
+    map_undo(table, undo_slots, undo_values, 0)
+    grown, grown_mask = np.zeros((8, 3), np.uint64), np.uint64(7)
+    map_rehash(table, grown, grown_mask)
+    map_lookup(grown, grown_mask, records.hashes1[:1], records.hashes2[:1], np.empty(1, np.int64))
+    decide(grown, grown_mask, batches.firsts[:1], batches.counts[:1], batches.expires[:1], *records.fields(),
+           records.keep, batches.kept, batches.kept_nulls, batches.max_deltas, batches.body_bytes)
     gather_kept(buf, records.starts, records.ends, records.keep, 0, 1, np.empty(len(buf), np.uint8))
