@@ -77,6 +77,7 @@ import psutil  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.kafka_load import produce_values  # noqa: E402
 from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
 from broker_core.client import BrokerConnection  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
@@ -161,15 +162,7 @@ def produce(bootstrap_servers: str, broker_pid: int, topic: str, records: int, w
     start.wait(120)
     cpu = broker_cpu_s(broker_pid)
     started = time.perf_counter()
-    for _ in range(records):
-        while True:
-            try:
-                producer.produce(topic, value, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.001)
-    if producer.flush(300) != 0:
-        raise RuntimeError("the producer did not deliver every record")
+    produce_values(producer, topic, value, records)
     rate, cpu_us = records / (time.perf_counter() - started), (broker_cpu_s(broker_pid) - cpu) / records * 1e6
     seen = len(statistics_seen)
     deadline = time.monotonic() + 5 * int(STATS_INTERVAL_MS) / 1000
@@ -294,15 +287,7 @@ def produce_interleaved(bootstraps: dict[str, str], pids: dict[str, int], topic:
         tally, producer = tallies[side], producers[side]
         count = min(burst, records - tally.records)
         cpu, started = broker_cpu_s(pids[side]), time.perf_counter()
-        for _ in range(count):
-            while True:
-                try:
-                    producer.produce(topic, value, partition=0)
-                    break
-                except BufferError:
-                    producer.poll(0.001)
-        if producer.flush(300) != 0:
-            raise RuntimeError("the producer did not deliver every record")
+        produce_values(producer, topic, value, count)
         tally.busy_s += time.perf_counter() - started
         tally.cpu_s += broker_cpu_s(pids[side]) - cpu
         tally.records += count

@@ -58,6 +58,7 @@ import psutil  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.kafka_load import produce_values  # noqa: E402
 from bench.machine import cpu_pressure, result_header, write_result  # noqa: E402
 from broker_core.local_stack import LocalStack  # noqa: E402
 from broker_core.protocol.api_keys import ApiKey  # noqa: E402
@@ -151,15 +152,7 @@ def produce(config: dict[str, str], topic: str, records: int, pid: int) -> tuple
     value = b"v" * VALUE_BYTES
     cpu, client_cpu, io_cpu = broker_cpu_s(pid), client_cpu_s(), librdkafka_io_cpu_s()
     started = time.perf_counter()
-    for _ in range(records):
-        while True:
-            try:
-                producer.produce(topic, value, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.001)
-    if producer.flush(300) != 0:
-        raise RuntimeError("the producer did not deliver every record")
+    produce_values(producer, topic, value, records)
     elapsed = time.perf_counter() - started
     io_used = librdkafka_io_cpu_s() - io_cpu  # before the producer (and its threads) goes
     return (records / elapsed, (broker_cpu_s(pid) - cpu) / records * 1e6, (client_cpu_s() - client_cpu) / records * 1e6,

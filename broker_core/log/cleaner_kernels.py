@@ -57,6 +57,10 @@ _FMIX2 = np.uint64(0xC4CEB9FE1A85EC53)
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
 
+# The Spark reader's kernels (emr_jobs/record_kernels.py) have the same varint walk. Each kernel
+# module keeps its own: numba's on-disk cache does not notice a change to a jitted function defined in
+# another file, so a shared one could leave a stale compiled caller behind; and broker_core may not
+# import emr_jobs.
 @_jit
 def _varint(buf, position, limit, max_bytes):
     """(zigzag-decoded value, position after it), or position -1 when it is too long or passes ``limit``."""
