@@ -8,16 +8,11 @@ import base64
 import time
 from collections.abc import Callable
 
-import pytest
-
 from broker_core.client import FloeClient
 from broker_core.local_stack import LocalStack
 from functions.quotas import QUOTAS_TTL_S
 from tests.functions.conftest import caller_arn
 from tests.functions.http_api import HttpApi
-
-# Runs in `make faults`, not in `make test`: a stack of its own throttling HTTP clients for seconds (about 35 s), like the Kafka-listener quota tests; the default suite must stay under CI's 20-minute budget.
-pytestmark = pytest.mark.faults
 
 VALUE = base64.b64encode(b"v" * 12_000).decode()
 RECORD = {"value": {"type": "BINARY", "data": VALUE}}

@@ -30,9 +30,6 @@ from broker_core.records import SimpleRecord, build_batch
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
-# Runs in `make faults`, not in `make test`: a broker stack throttling real clients for seconds at a time (about 70 s on CI, and timing-sensitive under load); the quota unit tests stay in the default suite; the default suite must stay under CI's 20-minute budget.
-pytestmark = pytest.mark.faults
-
 TOPIC = "quota-records"
 TIMEOUT_S = 30
 QUOTA_OVERRIDES = {"quota.window.num": "3", "quota.window.size.seconds": "1"}

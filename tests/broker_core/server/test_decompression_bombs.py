@@ -20,9 +20,6 @@ from broker_core.records import Compression, SimpleRecord, build_batch
 from tests.support.bombs import bomb_batch, bomb_payload
 from tests.support.stack import running_stack
 
-# Runs in `make faults`, not in `make test`: a broker stack fed compression bombs (about 50 s on CI); the decompression limit's unit tests stay in the default suite; the default suite must stay under CI's 20-minute budget.
-pytestmark = pytest.mark.faults
-
 MIB = 1024 * 1024
 BOMB_SIZES = {Compression.GZIP: 200 * MIB, Compression.ZSTD: 200 * MIB, Compression.LZ4: 200 * MIB,
               Compression.SNAPPY: 2**31}

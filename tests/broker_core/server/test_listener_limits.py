@@ -28,9 +28,6 @@ from tests.support.sockets import closed_by_broker
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
-# connection-limit attacks, about 80 s: in `make faults`, outside CI's 20-minute budget
-pytestmark = pytest.mark.faults
-
 MiB = 1024 * 1024
 ATTACKERS = 100
 BOGUS_SIZE = 100_000_000  # under socket.request.max.bytes (104857600): a legal size, never sent
