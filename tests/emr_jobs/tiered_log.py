@@ -86,8 +86,17 @@ def write_log(directory: Path, batches: Iterable[bytes], *, segment_bytes: int, 
     return log
 
 
-def tier_segments(settings: AwsSettings, log: PartitionLog, topic: TopicDescription, partition: int) -> list[RemoteSegment]:
-    """Upload every sealed segment of ``log`` and commit its manifest row, as the uploader does."""
+# The epoch a test writes its manifest rows at when a live broker leads the partition (see tier_segments).
+BESIDE_THE_LEADER_EPOCH = 1000
+
+
+def tier_segments(settings: AwsSettings, log: PartitionLog, topic: TopicDescription, partition: int, *,
+                  leader_epoch: int = 0) -> list[RemoteSegment]:
+    """Upload every sealed segment of ``log`` and commit its manifest row, as the uploader does.
+
+    ``leader_epoch`` is the epoch the rows are written at. Where a live broker leads the partition, its
+    own uploader cleans up COPY_STARTED rows of its epoch or lower when it starts (they look like a
+    crashed upload's), so a test uploading beside it writes at a higher epoch, as a newer leader would."""
     s3 = boto3.client("s3", **settings.boto3_kwargs())
     manifest = ManifestStore(settings)
     committed = []
@@ -109,7 +118,7 @@ def tier_segments(settings: AwsSettings, log: PartitionLog, topic: TopicDescript
             end_offset=segment.next_offset - 1,
             max_timestamp_ms=segment.max_timestamp,
             size_bytes=len(data),
-            leader_epoch=0,
+            leader_epoch=leader_epoch,
             epoch_entries=[(0, segment.base_offset)],
         )
         s3.put_object(Bucket=settings.bucket, Key=row.log_key, Body=data)

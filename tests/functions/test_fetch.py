@@ -18,7 +18,7 @@ from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
 from broker_core.records import Compression
 from broker_core.records.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
-from tests.emr_jobs.tiered_log import tier_segments
+from tests.emr_jobs.tiered_log import BESIDE_THE_LEADER_EPOCH, tier_segments
 from tests.functions.conftest import HTTP_STACK_OVERRIDES
 from tests.functions.http_api import HttpApi
 from tests.support.bombs import log_holding_a_bomb
@@ -199,7 +199,7 @@ def test_a_decompression_bomb_in_s3_gets_502_naming_the_offset_but_not_the_objec
     topic = make_topic(partitions=1, configs={"remote.storage.enable": "true", "retention.ms": "-1"})
     description = MetadataStore(http_stack.aws).get_topic(topic)
     log = log_holding_a_bomb(tmp_path / f"{topic}-0", Compression.ZSTD)
-    (segment,) = tier_segments(http_stack.aws, log, description, 0)
+    (segment,) = tier_segments(http_stack.aws, log, description, 0, leader_epoch=BESIDE_THE_LEADER_EPOCH)
     answer = api.get(f"/v1/topics/{topic}/partitions/0/records?offset=1")
     assert answer.status == 502
     assert answer.body["error_code"] == 502

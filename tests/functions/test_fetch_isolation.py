@@ -14,7 +14,7 @@ from broker_core.client import FloeClient
 from broker_core.local_stack import LocalStack
 from broker_core.metadata.store import MetadataStore
 from broker_core.records import SimpleRecord
-from tests.emr_jobs.tiered_log import tier_segments
+from tests.emr_jobs.tiered_log import BESIDE_THE_LEADER_EPOCH, tier_segments
 from tests.functions.http_api import HttpApi
 from tests.support.transactions import log_with_transactions, txn_batch, write_markers
 
@@ -53,7 +53,7 @@ def test_the_s3_path_leaves_out_aborted_transactions_with_the_tiered_transaction
     topic = make_topic(partitions=1, configs={"remote.storage.enable": "true", "retention.ms": "-1"})
     description = MetadataStore(http_stack.aws).get_topic(topic)
     log = log_with_transactions(tmp_path / f"{topic}-0")
-    tier_segments(http_stack.aws, log, description, 0)
+    tier_segments(http_stack.aws, log, description, 0, leader_epoch=BESIDE_THE_LEADER_EPOCH)
     seen, next_offset = [], 0
     while next_offset < 8:
         answer = api.get(f"/v1/topics/{topic}/partitions/0/records?offset={next_offset}&format=string")
