@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from emr_jobs import remote
-from emr_jobs.arrow_records import RecordRange, iter_arrow_batches
 from emr_jobs.options import ReadOptions
 from emr_jobs.planning import SegmentRead
 from emr_jobs.python_worker import prepare_python_worker
@@ -17,6 +16,9 @@ from emr_jobs.python_worker import prepare_python_worker
 
 def read_segment(options: ReadOptions, partition: SegmentRead) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one planned segment byte range, read from S3."""
+    # Imported here, in the executor task: see `emr_jobs.tail.read_tail`.
+    from emr_jobs.arrow_records import RecordRange, iter_arrow_batches
+
     remote.use_local_stack_credentials(options)
     remote.s3_client(options.aws)  # made before the worker's heap is frozen, so frozen with it
     prepare_python_worker()

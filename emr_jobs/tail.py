@@ -31,7 +31,6 @@ from broker_core.records import decode_batch
 from broker_core.records.errors import TruncatedBatchError
 from broker_core.records.header import iter_headers
 from broker_core.records.isolation import committed, is_abort_marker
-from emr_jobs.arrow_records import RecordRange, iter_arrow_batches
 from emr_jobs.errors import TailReadError
 
 FETCH_MAX_BYTES = 8 * 1024 * 1024
@@ -107,6 +106,10 @@ def read_tail(bootstrap_servers: str, read: TailRead, include_headers: bool, *,
               read_committed: bool = False) -> Iterator[pa.RecordBatch]:
     """Arrow batches of offsets ``[read.start_offset, read.end_offset)`` of one partition, fetched from
     its leader; ``read_committed`` leaves out the records of aborted transactions."""
+    # Imported here, in the executor task: the Arrow decoding pulls in numba (half a second of CPU),
+    # which the driver's planning workers, started afresh for every streaming query, do not need.
+    from emr_jobs.arrow_records import RecordRange, iter_arrow_batches
+
     records = RecordRange(read.topic, read.partition, read.start_offset, read.end_offset, include_headers)
     source = f"{read.topic}-{read.partition} (fetched from its leader)"
     yield from iter_arrow_batches(_fetched_chunks(bootstrap_servers, read, read_committed), records,

@@ -334,7 +334,7 @@ def _provider_bases() -> tuple[type, ...]:
     return tuple(bases) or (object,)
 
 
-class IamTokenProvider(*_provider_bases()):  # type: ignore[misc]
+class _IamTokenProviderMethods:
     """``sasl_oauth_token_provider`` for kafka-python and aiokafka: a token reused for 5 minutes, then
     signed anew (signing is local; the broker accepts a token for 15 minutes)."""
 
@@ -357,3 +357,19 @@ class IamTokenProvider(*_provider_bases()):  # type: ignore[misc]
 
     def extensions(self) -> dict[str, str]:
         return {}
+
+
+def _token_provider_class() -> type:
+    """`IamTokenProvider`, built on first use: its bases are the client libraries' provider classes,
+    and importing kafka-python and aiokafka costs about half a second of CPU that a process which never
+    uses the provider (a broker, a Spark job's Python workers) should not pay when it imports this module."""
+    return type("IamTokenProvider", (_IamTokenProviderMethods, *_provider_bases()),
+                {"__module__": __name__, "__qualname__": "IamTokenProvider",
+                 "__doc__": _IamTokenProviderMethods.__doc__})
+
+
+def __getattr__(name: str) -> Any:
+    if name == "IamTokenProvider":
+        provider = globals()["IamTokenProvider"] = _token_provider_class()
+        return provider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
