@@ -250,3 +250,121 @@ def gather_headers(buf, header_starts, header_counts, rows,
             value_offsets[header + 1] = value_cursor
             header += 1
         list_offsets[row + 1] = header
+
+
+# The sink's side: Kafka's default partitioner and record encoding over Arrow binary columns.
+# A column is (offsets, data, valid): Arrow's int32 offsets (one more than rows, already shifted by the
+# array's slice offset), its data buffer as bytes, and a boolean per row (False: null).
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+_MURMUR_M = np.uint64(0x5BD1E995)
+
+
+@_jit
+def _murmur2(data, start, end):
+    """Java's ``Utils.murmur2`` of ``data[start:end]`` as an unsigned 32-bit value (as
+    `broker_core.partitioner.murmur2`, which returns it signed)."""
+    length = end - start
+    h = (np.uint64(0x9747B28C) ^ np.uint64(length)) & _MASK32
+    whole = start + length - length % 4
+    position = start
+    while position < whole:
+        k = (np.uint64(data[position]) | (np.uint64(data[position + 1]) << np.uint64(8))
+             | (np.uint64(data[position + 2]) << np.uint64(16)) | (np.uint64(data[position + 3]) << np.uint64(24)))
+        k = (k * _MURMUR_M) & _MASK32
+        k ^= k >> np.uint64(24)
+        k = (k * _MURMUR_M) & _MASK32
+        h = (h * _MURMUR_M) & _MASK32
+        h ^= k
+        position += 4
+    tail = length % 4
+    if tail == 3:
+        h ^= np.uint64(data[whole + 2]) << np.uint64(16)
+    if tail >= 2:
+        h ^= np.uint64(data[whole + 1]) << np.uint64(8)
+    if tail >= 1:
+        h ^= np.uint64(data[whole])
+        h = (h * _MURMUR_M) & _MASK32
+    h ^= h >> np.uint64(13)
+    h = (h * _MURMUR_M) & _MASK32
+    h ^= h >> np.uint64(15)
+    return h
+
+
+@_jit
+def key_partitions(key_offsets, key_data, key_valid, num_partitions, partitions):
+    """For each row whose ``partitions`` entry is negative and whose key is not null, the partition
+    Kafka's default partitioner picks: ``toPositive(murmur2(key)) % num_partitions``."""
+    for row in range(partitions.shape[0]):
+        if partitions[row] < 0 and key_valid[row]:
+            h = _murmur2(key_data, key_offsets[row], key_offsets[row + 1])
+            partitions[row] = np.int32((h & np.uint64(0x7FFFFFFF)) % np.uint64(num_partitions))
+
+
+@_jit
+def _zigzag_size(value):
+    raw = np.uint64((value << 1) ^ (value >> 63))
+    size = 1
+    while raw >= np.uint64(0x80):
+        raw >>= np.uint64(7)
+        size += 1
+    return size
+
+
+@_jit
+def _put_zigzag(out, position, value):
+    raw = np.uint64((value << 1) ^ (value >> 63))
+    while raw >= np.uint64(0x80):
+        out[position] = np.uint8((raw & np.uint64(0x7F)) | np.uint64(0x80))
+        raw >>= np.uint64(7)
+        position += 1
+    out[position] = np.uint8(raw)
+    return position + 1
+
+
+@_jit
+def _field_size(offsets, valid, row):
+    if not valid[row]:
+        return 1  # length -1
+    length = np.int64(offsets[row + 1] - offsets[row])
+    return _zigzag_size(length) + length
+
+
+@_jit
+def _put_field(out, position, offsets, data, valid, row):
+    if not valid[row]:
+        return _put_zigzag(out, position, np.int64(-1))
+    start = np.int64(offsets[row])
+    length = np.int64(offsets[row + 1]) - start
+    position = _put_zigzag(out, position, length)
+    _copy_bytes(out, position, data, start, length)
+    return position + length
+
+
+@_jit
+def encode_records(rows, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid):
+    """The records section of a RecordBatch v2 holding ``rows`` (indexes into the columns) in that
+    order: record i at offset delta i, timestamp delta 0, no headers (Kafka's DefaultRecord layout)."""
+    count = rows.shape[0]
+    bodies = np.empty(count, np.int64)
+    total = 0
+    for i in range(count):
+        row = rows[i]
+        # attributes, timestamp delta 0, offset delta, key, value, header count 0
+        body = 2 + _zigzag_size(np.int64(i)) + _field_size(key_offsets, key_valid, row) \
+            + _field_size(value_offsets, value_valid, row) + 1
+        bodies[i] = body
+        total += _zigzag_size(np.int64(body)) + body
+    out = np.empty(total, np.uint8)
+    position = 0
+    for i in range(count):
+        row = rows[i]
+        position = _put_zigzag(out, position, bodies[i])
+        out[position] = 0  # attributes
+        out[position + 1] = 0  # timestamp delta
+        position = _put_zigzag(out, position + 2, np.int64(i))
+        position = _put_field(out, position, key_offsets, key_data, key_valid, row)
+        position = _put_field(out, position, value_offsets, value_data, value_valid, row)
+        out[position] = 0  # headers
+        position += 1
+    return out

@@ -49,10 +49,15 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from kio.schema.errors import ErrorCode
 from pyspark import TaskContext
-from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from broker_core.client import (
@@ -65,17 +70,24 @@ from broker_core.client import (
     parse_bootstrap_servers,
 )
 from broker_core.client.transactions import TransactionalProducer, committed_offsets, end_transaction
+from broker_core.clock import wall_clock_ms
 from broker_core.partitioner import partition_for_key
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.messages import build_entity, request_class
-from broker_core.records import SimpleRecord, build_batch
+from broker_core.records import EncodedRecords, SimpleRecord, build_batch
 from emr_jobs.errors import InvalidOptionError, SinkWriteError
 from emr_jobs.options import _boolean, _positive_int, bootstrap_servers_option, canonical_options
 from emr_jobs.python_worker import prepare_python_worker
 from emr_jobs.schema import HEADERS_TYPE
 
-BATCH_RECORDS = 2000
+BATCH_RECORDS = 2000  # the row path's batches: records per partition, and key and value bytes pending
 BATCH_BYTES = 1024 * 1024
+# The column path's batches: up to this many records and this many bytes of encoded records each
+# (counted from an upper bound of a record's encoding), below Kafka's default message.max.bytes
+# (1,048,588): with acks=all each batch is a round trip, so they are as large as a broker accepts.
+COLUMN_BATCH_RECORDS = 20_000
+COLUMN_BATCH_BYTES = 1_000_000
+RECORD_OVERHEAD_BOUND = 20  # a record's bytes beyond key and value: lengths, deltas, attributes
 SEND_ATTEMPTS = 10
 INIT_PRODUCER_ID_VERSION = 4
 
@@ -170,25 +182,32 @@ class PreparedTransaction(WriterCommitMessage):
     already_committed: bool = False
 
 
-class FloeWriter(DataSourceWriter):
-    """A batch write: every task produces its rows; nothing is left to do at commit (at-least-once)."""
+class FloeWriter(DataSourceArrowWriter):
+    """A batch write: every task produces its rows; nothing is left to do at commit (at-least-once).
+
+    Spark hands each task its rows as Arrow record batches (``DataSourceArrowWriter``): partitions and
+    records are computed over whole columns in native code, not row by row in Python."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[Row]) -> WrittenRecords:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
         prepare_python_worker()
         return WrittenRecords(write_rows(self.options, iterator))
 
 
-class FloeStreamWriter(DataSourceStreamWriter):
+class FloeStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
     """A micro-batch write: tasks prepare a transaction each, the driver commits them (exactly-once);
-    with ``exactlyOnce=false`` as FloeWriter, and a replayed micro-batch is written again."""
+    with ``exactlyOnce=false`` as FloeWriter, and a replayed micro-batch is written again.
+
+    Spark 4.0's Python writer worker hands any writer that is a ``DataSourceArrowWriter`` its rows as
+    Arrow record batches, stream writers included (``pyspark.sql.worker.write_into_data_source``), so
+    this writer takes them as FloeWriter does."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[Row]) -> WrittenRecords | PreparedTransaction:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords | PreparedTransaction:
         prepare_python_worker()
         if not self.options.exactly_once:
             return WrittenRecords(write_rows(self.options, iterator))
@@ -233,7 +252,7 @@ async def _end_transactions(options: SinkOptions, messages: list[WriterCommitMes
                     f"{message.producer_epoch}) failed: {error}")) from error
 
 
-async def _prepare_transaction(options: SinkOptions, rows: Iterator[Row], transactional_id: str,
+async def _prepare_transaction(options: SinkOptions, rows: Iterator[pa.RecordBatch], transactional_id: str,
                                batch_id: int) -> PreparedTransaction:
     """Write this task's rows of micro-batch ``batch_id`` in a transaction left open for the driver,
     unless the group offset says this task's share of the batch was committed before."""
@@ -257,12 +276,13 @@ async def _prepare_transaction(options: SinkOptions, rows: Iterator[Row], transa
         return PreparedTransaction(transactional_id, producer.producer_id, producer.producer_epoch, written)
 
 
-def write_rows(options: SinkOptions, rows: Iterator[Row]) -> dict[str, int]:
-    """Produce ``rows`` with one idempotent producer; returns how many records went to each topic."""
+def write_rows(options: SinkOptions, rows: Iterator[pa.RecordBatch]) -> dict[str, int]:
+    """Produce ``rows`` (Arrow record batches) with one idempotent producer; returns how many records
+    went to each topic."""
     return _run(_write_idempotently(options, rows))
 
 
-async def _write_idempotently(options: SinkOptions, rows: Iterator[Row]) -> dict[str, int]:
+async def _write_idempotently(options: SinkOptions, rows: Iterator[pa.RecordBatch]) -> dict[str, int]:
     async with FloeClient(options.bootstrap_servers, client_id="floe-spark-sink") as client:
         producer = _IdempotentProducer(client, *await _init_producer_id(options.bootstrap_servers))
         return await _produce_rows(options, rows, client, producer.send)
@@ -277,7 +297,7 @@ class _IdempotentProducer:
         self.producer_epoch = producer_epoch
         self.sequences: dict[tuple[str, int], int] = defaultdict(int)
 
-    async def send(self, topic: str, partition: int, records: list[SimpleRecord]) -> None:
+    async def send(self, topic: str, partition: int, records: list[SimpleRecord] | EncodedRecords) -> None:
         sequence = self.sequences[(topic, partition)]
         batch = build_batch(records, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                             base_sequence=sequence)
@@ -321,8 +341,101 @@ async def _init_producer_id(bootstrap_servers: str) -> tuple[int, int]:
     raise SinkWriteError(topic="*", partition=None, reason=f"InitProducerId failed: {last_error}")
 
 
-async def _produce_rows(options: SinkOptions, rows: Iterator[Row], client: FloeClient,
-                        send: Callable[[str, int, list[SimpleRecord]], Awaitable[None]]) -> dict[str, int]:
+Send = Callable[[str, int, list[SimpleRecord] | EncodedRecords], Awaitable[None]]
+
+
+async def _produce_rows(options: SinkOptions, batches: Iterator[pa.RecordBatch], client: FloeClient,
+                        send: Send) -> dict[str, int]:
+    """Produce the rows of Arrow record ``batches``; how many records went to each topic.
+
+    With one topic and no headers (the topic option given, or no topic column; no headers column),
+    columns go to native kernels (`_produce_columns`); otherwise row by row (`_produce_row_dicts`)."""
+    if options.headers_column or (options.topic is None and options.topic_column):
+        rows = (row for batch in batches for row in batch.to_pylist())
+        return await _produce_row_dicts(options, rows, client, send)
+    return await _produce_columns(options, batches, client, send)
+
+
+async def _produce_columns(options: SinkOptions, batches: Iterator[pa.RecordBatch], client: FloeClient,
+                           send: Send) -> dict[str, int]:
+    """Each Arrow batch at once: partitions from the partition column, murmur2 of the key (Kafka's
+    default partitioner) or, for a null key, one partition chosen at random per `COLUMN_BATCH_RECORDS`
+    rows (sticky partitioning); then per partition, batches of at most `COLUMN_BATCH_RECORDS` records
+    and `COLUMN_BATCH_BYTES` (a single larger record goes alone) encoded by
+    `record_kernels.encode_records`, sent in order, partitions in parallel."""
+    from emr_jobs.record_kernels import encode_records, key_partitions  # numba: only where rows are written
+
+    topic = options.topic
+    assert topic is not None
+    written = 0
+    count: int | None = None
+    for batch in batches:
+        rows = batch.num_rows
+        if rows == 0:
+            continue
+        if count is None:
+            count = await client.num_partitions(topic)
+        value = _binary_column(batch.column(batch.schema.get_field_index("value")))
+        key = (_binary_column(batch.column(batch.schema.get_field_index("key"))) if options.key_column
+               else _null_column(rows))
+        partitions = np.full(rows, -1, dtype=np.int32)
+        if options.partition_column:
+            given = batch.column(batch.schema.get_field_index("partition"))
+            partitions = given.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32, copy=True)
+        key_partitions(key[0], key[1], key[2], count, partitions)
+        unset = np.flatnonzero(partitions < 0)  # null keys, no partition given
+        for first in range(0, len(unset), COLUMN_BATCH_RECORDS):
+            partitions[unset[first:first + COLUMN_BATCH_RECORDS]] = random.randrange(count)
+        sizes = np.diff(key[0]).astype(np.int64) + np.diff(value[0]) + RECORD_OVERHEAD_BOUND
+        order = np.argsort(partitions, kind="stable")
+        ordered = partitions[order]
+        bounds = np.flatnonzero(np.diff(ordered)) + 1
+        sends = []
+        for group in np.split(order, bounds):
+            partition = int(partitions[group[0]])
+            chunks = []
+            ends = np.cumsum(sizes[group])
+            start = 0
+            while start < len(group):
+                before = ends[start - 1] if start else 0
+                stop = min(start + COLUMN_BATCH_RECORDS,
+                           int(np.searchsorted(ends, before + COLUMN_BATCH_BYTES, side="right")))
+                stop = max(stop, start + 1)
+                section = encode_records(group[start:stop], key[0], key[1], key[2], value[0], value[1], value[2])
+                chunks.append(EncodedRecords(section.tobytes(), stop - start, wall_clock_ms()))
+                start = stop
+            sends.append(_send_in_order(send, topic, partition, chunks))
+        await asyncio.gather(*sends)
+        written += rows
+    return {topic: written} if written else {}
+
+
+async def _send_in_order(send: Send, topic: str, partition: int, chunks: list[EncodedRecords]) -> None:
+    for chunk in chunks:
+        await send(topic, partition, chunk)
+
+
+def _binary_column(column: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, data, valid) of a binary or string column, for the record kernels (no copy of the data)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_large_binary(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    elif pa.types.is_string(column.type):
+        column = column.view(pa.binary())
+    _, offsets_buffer, data_buffer = column.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int32)[column.offset:column.offset + len(column) + 1]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return offsets, data, valid
+
+
+def _null_column(rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros(rows + 1, np.int32), np.zeros(0, np.uint8), np.zeros(rows, np.bool_)
+
+
+async def _produce_row_dicts(options: SinkOptions, rows: Iterator[Mapping[str, Any]], client: FloeClient,
+                             send: Send) -> dict[str, int]:
     """Batch ``rows`` per partition and ``send`` each batch; how many records went to each topic."""
     written: dict[str, int] = defaultdict(int)
     counts: dict[str, int] = {}

@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from broker_core.protocol.api_keys import ApiKey
 from broker_core.protocol.messages import build_entity, request_class
-from broker_core.records import RecordInput, build_batch
+from broker_core.records import EncodedRecords, RecordInput, build_batch
 
 from .backoff import backoff_s
 from .errors import BrokerConnectionError, ClientError, KafkaError
@@ -158,7 +158,7 @@ class TransactionalProducer:
         self._partitions.update(new)
         self._open = True
 
-    async def send(self, topic: str, partition: int, records: Sequence[RecordInput]) -> None:
+    async def send(self, topic: str, partition: int, records: Sequence[RecordInput] | EncodedRecords) -> None:
         """Write ``records`` as one transactional batch to a partition of the transaction."""
         await self.add_partitions([(topic, partition)])
         sequence = self._sequences[(topic, partition)]

@@ -2,6 +2,7 @@
 
 from .batch import (
     DecodedBatch,
+    EncodedRecords,
     Record,
     RecordInput,
     SimpleRecord,
@@ -64,6 +65,7 @@ __all__ = [
     "CorruptRecordError",
     "CorruptVarintError",
     "DecodedBatch",
+    "EncodedRecords",
     "EndTransactionMarker",
     "Record",
     "RecordInput",

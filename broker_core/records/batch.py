@@ -119,6 +119,21 @@ RecordInput = SimpleRecord | Record
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedRecords:
+    """Records already encoded as a RecordBatch v2 records section (uncompressed): ``count`` records at
+    offset deltas 0 to count - 1, each with timestamp delta 0 from ``timestamp``. Writers that encode
+    records in bulk (the Spark sink's native kernels) hand these to `build_batch` in place of records;
+    ``len()`` is the record count, as for a list of records."""
+
+    section: bytes | bytearray | memoryview
+    count: int
+    timestamp: int
+
+    def __len__(self) -> int:
+        return self.count
+
+
+@dataclass(frozen=True, slots=True)
 class DecodedBatch:
     """A batch's header and its records; ``position`` is where the batch starts in the buffer."""
 
@@ -128,7 +143,7 @@ class DecodedBatch:
 
 
 def build_batch(
-    records: Iterable[RecordInput],
+    records: Iterable[RecordInput] | EncodedRecords,
     *,
     compression: Compression | int = Compression.NONE,
     base_offset: int = 0,
@@ -153,21 +168,33 @@ def build_batch(
     codec = as_codec(compression)
     timestamp_type = TimestampType(timestamp_type)
     now_ms = wall_clock_ms()
-    resolved = _resolve_records(records, base_offset, now_ms)
-    if not resolved:
-        raise ValueError("a batch needs at least one record")
-    if base_timestamp is None:
-        base_timestamp = resolved[0][1]
+    if isinstance(records, EncodedRecords):
+        if records.count < 1:
+            raise ValueError("a batch needs at least one record")
+        if base_timestamp is not None and base_timestamp != records.timestamp:
+            raise ValueError("encoded records carry their own base timestamp")
+        records_section: bytes | bytearray | memoryview = records.section
+        base_timestamp = records.timestamp
+        last_offset_delta, count = records.count - 1, records.count
+    else:
+        resolved = _resolve_records(records, base_offset, now_ms)
+        if not resolved:
+            raise ValueError("a batch needs at least one record")
+        if base_timestamp is None:
+            base_timestamp = resolved[0][1]
+        last_offset_delta, count = resolved[-1][0], len(resolved)
+        records_section = bytearray()
+        for offset_delta, timestamp, key, value, headers in resolved:
+            _write_record(records_section, offset_delta, timestamp - base_timestamp, key, value, headers)
     if timestamp_type is TimestampType.LOG_APPEND_TIME:
         max_timestamp = now_ms if log_append_time is None else log_append_time
     elif log_append_time is not None:
         raise ValueError("log_append_time only applies to a LogAppendTime batch")
+    elif isinstance(records, EncodedRecords):
+        max_timestamp = records.timestamp
     else:
         max_timestamp = max(timestamp for _, timestamp, _, _, _ in resolved)
 
-    records_section = bytearray()
-    for offset_delta, timestamp, key, value, headers in resolved:
-        _write_record(records_section, offset_delta, timestamp - base_timestamp, key, value, headers)
     payload = (
         records_section
         if codec is Compression.NONE
@@ -185,13 +212,13 @@ def build_batch(
     try:
         covered_header = _CRC_COVERED_HEADER.pack(
             attributes,
-            resolved[-1][0],
+            last_offset_delta,
             base_timestamp,
             max_timestamp,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(resolved),
+            count,
         )
         crc = crc32c.crc32c(payload, crc32c.crc32c(covered_header))
         prefix = _UNCHECKED_PREFIX.pack(base_offset, batch_length, partition_leader_epoch, CURRENT_MAGIC, crc)

@@ -52,7 +52,7 @@ def consume_all(stack: LocalStack, topic: str, expected: int) -> dict[bytes, tup
 def test_a_dataframe_written_to_floe_lands_where_librdkafka_puts_each_key(spark: SparkSession, tmp_path: Path) -> None:
     with running_stack(tmp_path) as stack:
         admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
-        for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in ("written", "twin")]).values():
+        for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in ("written", "columns", "twin")]).values():
             future.result(timeout=30)
         frame = spark.createDataFrame(
             [(f"key-{n}", f"value-{n}".encode(), [("n", str(n).encode())]) for n in range(ROWS)],
@@ -61,6 +61,9 @@ def test_a_dataframe_written_to_floe_lands_where_librdkafka_puts_each_key(spark:
         frame.write.format("floe").options(topic="written", stack=str(stack.directory / STACK_FILE)).mode(
             "append"
         ).save()
+        # Without headers, the rows take the sink's column path (native partitioner and encoding).
+        frame.select("key", "value").write.format("floe").options(
+            topic="columns", stack=str(stack.directory / STACK_FILE)).mode("append").save()
 
         producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "partitioner": "murmur2_random"})
         for n in range(ROWS):
@@ -68,11 +71,13 @@ def test_a_dataframe_written_to_floe_lands_where_librdkafka_puts_each_key(spark:
         assert producer.flush(60) == 0
 
         written, twin = consume_all(stack, "written", ROWS), consume_all(stack, "twin", ROWS)
+        columns = consume_all(stack, "columns", ROWS)
         for n in range(ROWS):
             key = f"key-{n}".encode()
             partition, value, headers = written[key]
             assert (value, headers) == (f"value-{n}".encode(), [("n", str(n).encode())])
             assert partition == twin[key][0]
+            assert columns[key] == (twin[key][0], f"value-{n}".encode(), [])
 
 
 def test_the_sink_refuses_a_dataframe_without_a_topic_or_a_value(spark: SparkSession) -> None:
