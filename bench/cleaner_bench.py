@@ -17,7 +17,14 @@
   nothing to do. Phase "cleaning": the background topic has cleanup.policy=compact with
   min.cleanable.dirty.ratio=0.01, so the cleaner runs pass after pass (the passes and bytes it
   cleaned during the phase are counted from the broker log). Ratio = p99 cleaning / p99 idle
-  (goal <= 1.5). The two phases alternate which goes first.
+  (goal <= 1.5). The two phases alternate which goes first. Before the runs a compacted warm-up topic
+  is written until the first pass is logged, so that the broker's cleaner process (spawned at its
+  first pass, loading numba) is running before any phase is measured. Each phase also records the
+  broker's event-loop lag (floe_event_loop_lag_seconds, sampled every 10 ms), the cleaner's passes and
+  bytes, and the CPU seconds and storage bytes of the broker and its cleaner processes.
+  ``--compacted-phase`` adds a phase whose compacted topic is never cleanable (the compacted produce
+  path, which checks every record's key, without passes); ``--io-rate`` sets
+  log.cleaner.io.max.bytes.per.second.
 
 Medians over ``--runs`` runs go to bench/results/cleaner_bench.json.
 
@@ -301,6 +308,29 @@ def latency_phase(stack: object, topic: str, probe_topic: str, seconds: float) -
             **usage_between(cleaners_before, cleaners_after, "cleaner_process")}
 
 
+def warm_up_cleaner(stack: object, seconds: float = 4.0, timeout_s: float = 120.0) -> float:
+    """Write to a compacted topic until the broker's first pass is logged; return how long that took.
+
+    A broker starts its cleaner processes at its first pass (a spawned interpreter that loads numba and
+    the kernels: seconds of CPU on a loaded machine), so without this the first "cleaning" phase
+    would measure that start-up along with the passes.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    log_path = stack.directory / "logs" / "broker-1.log"
+    start = log_path.stat().st_size
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    for future in admin.create_topics([NewTopic("warm-up", 1, 1, config=PHASE_TOPIC_CONFIGS["cleaning"])]).values():
+        future.result(30)
+    began = time.monotonic()
+    background_writer(stack.bootstrap_servers, "warm-up", began + seconds)
+    while not cleaned_in(log_path, start)["cleaner_passes"]:
+        if time.monotonic() - began > timeout_s:
+            raise RuntimeError(f"no cleaner pass within {timeout_s:.0f} s; see {log_path}")
+        time.sleep(0.5)
+    return time.monotonic() - began
+
+
 # A phase's background topic: "idle" is not compacted, so the cleaner has nothing to do; "compacted"
 # (with --compacted-phase) is compacted but never cleanable (min.compaction.lag.ms of a day), so it
 # carries a compacted topic's produce path (every record's key checked) without passes; "cleaning" is
@@ -332,6 +362,8 @@ def latency_runs(runs: int, seconds: float, *, io_rate: float | None = None, com
         topics += [NewTopic(f"probe-{run}", 1, 1) for run in range(runs)]
         for future in admin.create_topics(topics).values():
             future.result(30)
+        warm_up_s = warm_up_cleaner(stack)
+        print(f"cleaner warmed up: first pass {warm_up_s:.1f} s after writing began", flush=True)
         for run in range(runs):
             order = names if run % 2 == 0 else names[::-1]
             for phase in order:
@@ -345,7 +377,7 @@ def latency_runs(runs: int, seconds: float, *, io_rate: float | None = None, com
         shutil.rmtree(directory, ignore_errors=True)
     medians = {name: statistics.median(p["p99_ms"] for p in phases[name]) for name in names}
     idle_p99s = [p["p99_ms"] for p in phases["idle"]]
-    result = {"settings": overrides, "phases": phases, "idle_p99_median_ms": medians["idle"],
+    result = {"settings": overrides, "cleaner_warm_up_s": warm_up_s, "phases": phases, "idle_p99_median_ms": medians["idle"],
               "cleaning_p99_median_ms": medians["cleaning"], "ratio": medians["cleaning"] / medians["idle"],
               "idle_p99_spread": max(idle_p99s) / min(idle_p99s),
               "run_ratios": [c["p99_ms"] / i["p99_ms"] for i, c in zip(phases["idle"], phases["cleaning"], strict=True)]}
