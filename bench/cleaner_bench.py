@@ -17,7 +17,14 @@
   nothing to do. Phase "cleaning": the background topic has cleanup.policy=compact with
   min.cleanable.dirty.ratio=0.01, so the cleaner runs pass after pass (the passes and bytes it
   cleaned during the phase are counted from the broker log). Ratio = p99 cleaning / p99 idle
-  (goal <= 1.5). The two phases alternate which goes first.
+  (goal <= 1.5). The two phases alternate which goes first. Before the runs a compacted warm-up topic
+  is written until the first pass is logged, so that the broker's cleaner process (spawned at its
+  first pass, loading numba) is running before any phase is measured. Each phase also records the
+  broker's event-loop lag (floe_event_loop_lag_seconds, sampled every 10 ms), the cleaner's passes and
+  bytes, and the CPU seconds and storage bytes of the broker and its cleaner processes.
+  ``--compacted-phase`` adds a phase whose compacted topic is never cleanable (the compacted produce
+  path, which checks every record's key, without passes); ``--io-rate`` sets
+  log.cleaner.io.max.bytes.per.second.
 
 Medians over ``--runs`` runs go to bench/results/cleaner_bench.json.
 
@@ -195,62 +202,189 @@ def p99(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=100)[98]
 
 
-def cleaned_in(log_path: Path, start: int) -> tuple[int, int]:
-    """Passes and bytes read the broker log reports after byte ``start``."""
+def cleaned_in(log_path: Path, start: int) -> dict:
+    """Passes and bytes read and written that the broker log reports after byte ``start``."""
     text = log_path.read_bytes()[start:].decode(errors="replace")
-    found = re.findall(r"cleaned \S+: \d+ of \d+ groups swapped, (\d+) bytes read", text)
-    return len(found), sum(int(n) for n in found)
+    found = re.findall(r"cleaned \S+: \d+ of \d+ groups swapped, (\d+) bytes read, (\d+) written", text)
+    return {"cleaner_passes": len(found), "cleaner_bytes_read": sum(int(r) for r, _ in found),
+            "cleaner_bytes_written": sum(int(w) for _, w in found)}
+
+
+def loop_lag(metrics_url: str) -> dict[str, float]:
+    """The broker's floe_event_loop_lag_seconds histogram now: cumulative bucket counts by bound, and its sum."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "floe_event_loop_lag_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    found[sample.labels["le"]] = sample.value
+                elif sample.name.endswith("_sum"):
+                    found["sum"] = sample.value
+    return found
+
+
+def lag_between(before: dict[str, float], after: dict[str, float]) -> dict:
+    """Event-loop lag during a phase: samples, total seconds late, and samples at least 10 / 25 / 50 ms late."""
+    def delta(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    count = delta("+Inf")
+    return {"loop_lag_samples": int(count), "loop_lag_total_s": round(delta("sum"), 3),
+            **{f"loop_lag_over_{ms}ms": int(count - delta(bound))
+               for ms, bound in ((10, "0.01"), (25, "0.025"), (50, "0.05"))}}
+
+
+def process_usage(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) and bytes read from and written to storage by process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    usage = {"cpu_s": (int(fields[11]) + int(fields[12])) / ticks}
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            name, value = line.split(":")
+            if name in ("read_bytes", "write_bytes"):
+                usage[name] = int(value)
+    except OSError:  # /proc/<pid>/io needs the same user (or ptrace rights)
+        pass
+    return usage
+
+
+def cleaner_pids(broker_pid: int) -> list[int]:
+    """The broker's cleaner processes: its children started by multiprocessing's spawn."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == broker_pid and b"multiprocessing" in (stat.parent / "cmdline").read_bytes():
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def usage_of(pids: list[int]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for pid in pids:
+        try:
+            usage = process_usage(pid)
+        except OSError:  # ended meanwhile
+            continue
+        for name, value in usage.items():
+            total[name] = total.get(name, 0) + value
+    return total
+
+
+def usage_between(before: dict[str, float], after: dict[str, float], prefix: str) -> dict:
+    return {f"{prefix}_{name}": round(after[name] - before.get(name, 0), 3) for name in after}
 
 
 def latency_phase(stack: object, topic: str, probe_topic: str, seconds: float) -> dict:
+    broker = stack.processes[1]
     log_path = stack.directory / "logs" / "broker-1.log"
+    metrics_url = stack.metrics_url(broker)
     start = log_path.stat().st_size
     stop_at = time.monotonic() + seconds + 3
     writer = multiprocessing.Process(target=background_writer, args=(stack.bootstrap_servers, topic, stop_at))
     writer.start()
     time.sleep(2)  # the writer up to speed and, on the compacted topic, passes under way
+    broker_pid = broker.process.pid
+    lag_before, broker_before = loop_lag(metrics_url), usage_of([broker_pid])
+    cleaners = cleaner_pids(broker_pid)
+    cleaners_before = usage_of(cleaners)
+    started = time.monotonic()
     samples = probe(stack.bootstrap_servers, probe_topic, seconds)
+    elapsed = time.monotonic() - started
+    lag_after, broker_after, cleaners_after = loop_lag(metrics_url), usage_of([broker_pid]), usage_of(cleaners)
     writer.join()
-    passes, cleaned = cleaned_in(log_path, start)
     return {"p50_ms": statistics.median(samples), "p99_ms": p99(samples), "samples": len(samples),
-            "cleaner_passes": passes, "cleaner_bytes_read": cleaned}
+            "probe_s": round(elapsed, 2), **cleaned_in(log_path, start), **lag_between(lag_before, lag_after),
+            **usage_between(broker_before, broker_after, "broker"),
+            **usage_between(cleaners_before, cleaners_after, "cleaner_process")}
 
 
-def latency_runs(runs: int, seconds: float) -> dict:
+def warm_up_cleaner(stack: object, seconds: float = 4.0, timeout_s: float = 120.0) -> float:
+    """Write to a compacted topic until the broker's first pass is logged; return how long that took.
+
+    A broker starts its cleaner processes at its first pass (a spawned interpreter that loads numba and
+    the kernels: seconds of CPU on a loaded machine), so without this the first "cleaning" phase
+    would measure that start-up along with the passes.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    log_path = stack.directory / "logs" / "broker-1.log"
+    start = log_path.stat().st_size
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    for future in admin.create_topics([NewTopic("warm-up", 1, 1, config=PHASE_TOPIC_CONFIGS["cleaning"])]).values():
+        future.result(30)
+    began = time.monotonic()
+    background_writer(stack.bootstrap_servers, "warm-up", began + seconds)
+    while not cleaned_in(log_path, start)["cleaner_passes"]:
+        if time.monotonic() - began > timeout_s:
+            raise RuntimeError(f"no cleaner pass within {timeout_s:.0f} s; see {log_path}")
+        time.sleep(0.5)
+    return time.monotonic() - began
+
+
+# A phase's background topic: "idle" is not compacted, so the cleaner has nothing to do; "compacted"
+# (with --compacted-phase) is compacted but never cleanable (min.compaction.lag.ms of a day), so it
+# carries a compacted topic's produce path (every record's key checked) without passes; "cleaning" is
+# compacted and cleaned pass after pass.
+PHASE_TOPIC_CONFIGS = {
+    "idle": {"segment.bytes": str(MIB)},
+    "compacted": {"segment.bytes": str(MIB), "cleanup.policy": "compact", "min.compaction.lag.ms": str(86_400_000)},
+    "cleaning": {"segment.bytes": str(MIB), "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"},
+}
+
+
+def latency_runs(runs: int, seconds: float, *, io_rate: float | None = None, compacted_phase: bool = False) -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from broker_core.local_stack import LocalStack
 
+    overrides = {"log.cleaner.backoff.ms": "100", "floe.event.loop.lag.sample.ms": "10"}
+    if io_rate is not None:
+        overrides["log.cleaner.io.max.bytes.per.second"] = str(io_rate)
     directory = Path(tempfile.mkdtemp(prefix="cleaner-latency-"))
-    stack = LocalStack(directory=directory, brokers=1, overrides={"log.cleaner.backoff.ms": "100"})
+    stack = LocalStack(directory=directory, brokers=1, overrides=overrides)
     stack.start()
-    phases: dict[str, list[dict]] = {"idle": [], "cleaning": []}
+    names = ["idle", "cleaning"] + (["compacted"] if compacted_phase else [])
+    phases: dict[str, list[dict]] = {name: [] for name in names}
     try:
         admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
-        topics = []
-        for run in range(runs):
-            topics += [NewTopic(f"background-delete-{run}", 1, 1, config={"segment.bytes": str(MIB)}),
-                       NewTopic(f"background-compact-{run}", 1, 1, config={
-                           "segment.bytes": str(MIB), "cleanup.policy": "compact",
-                           "min.cleanable.dirty.ratio": "0.01"}),
-                       NewTopic(f"probe-{run}", 1, 1)]
+        topics = [NewTopic(f"background-{name}-{run}", 1, 1, config=PHASE_TOPIC_CONFIGS[name])
+                  for run in range(runs) for name in names]
+        topics += [NewTopic(f"probe-{run}", 1, 1) for run in range(runs)]
         for future in admin.create_topics(topics).values():
             future.result(30)
+        warm_up_s = warm_up_cleaner(stack)
+        print(f"cleaner warmed up: first pass {warm_up_s:.1f} s after writing began", flush=True)
         for run in range(runs):
-            order = ("idle", "cleaning") if run % 2 == 0 else ("cleaning", "idle")
+            order = names if run % 2 == 0 else names[::-1]
             for phase in order:
-                topic = f"background-{'delete' if phase == 'idle' else 'compact'}-{run}"
-                phases[phase].append(latency_phase(stack, topic, f"probe-{run}", seconds))
-            print(f"run {run}: p99 idle {phases['idle'][-1]['p99_ms']:.2f} ms, cleaning "
-                  f"{phases['cleaning'][-1]['p99_ms']:.2f} ms ({phases['cleaning'][-1]['cleaner_passes']} passes)",
-                  flush=True)
+                phases[phase].append(latency_phase(stack, f"background-{phase}-{run}", f"probe-{run}", seconds))
+            line = ", ".join(f"{name} {phases[name][-1]['p99_ms']:.2f} ms (loop late >= 10 ms "
+                             f"{phases[name][-1]['loop_lag_over_10ms']}x, {phases[name][-1]['loop_lag_total_s']:.2f} s)"
+                             for name in names)
+            print(f"run {run}: p99 {line}; {phases['cleaning'][-1]['cleaner_passes']} passes", flush=True)
     finally:
         stack.stop(save_state=False)
         shutil.rmtree(directory, ignore_errors=True)
-    idle = statistics.median(p["p99_ms"] for p in phases["idle"])
-    cleaning = statistics.median(p["p99_ms"] for p in phases["cleaning"])
-    return {"phases": phases, "idle_p99_median_ms": idle, "cleaning_p99_median_ms": cleaning,
-            "ratio": cleaning / idle}
+    medians = {name: statistics.median(p["p99_ms"] for p in phases[name]) for name in names}
+    idle_p99s = [p["p99_ms"] for p in phases["idle"]]
+    result = {"settings": overrides, "cleaner_warm_up_s": warm_up_s, "phases": phases, "idle_p99_median_ms": medians["idle"],
+              "cleaning_p99_median_ms": medians["cleaning"], "ratio": medians["cleaning"] / medians["idle"],
+              "idle_p99_spread": max(idle_p99s) / min(idle_p99s),
+              "run_ratios": [c["p99_ms"] / i["p99_ms"] for i, c in zip(phases["idle"], phases["cleaning"], strict=True)]}
+    if compacted_phase:
+        result["compacted_p99_median_ms"] = medians["compacted"]
+        result["cleaning_vs_compacted_ratio"] = medians["cleaning"] / medians["compacted"]
+    return result
 
 
 def main() -> None:
@@ -259,16 +393,30 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--probe-s", type=float, default=15.0)
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--io-rate", type=float, default=None,
+                        help="the broker's log.cleaner.io.max.bytes.per.second in the latency phases (default: unlimited)")
+    parser.add_argument("--compacted-phase", action="store_true",
+                        help="also a phase with a compacted topic that is never cleanable (the compacted produce path alone)")
+    parser.add_argument("--out", default="cleaner_bench.json", help="file name under bench/results/")
     args = parser.parse_args()
     machine = machine_info()
     pressure = cpu_pressure()
     result = {**result_header("cleaner_bench", machine), "cpu_pressure_before": pressure,
-              "throughput": throughput_runs(args.runs, args.mib)}
-    print(f"throughput ratio {result['throughput']['ratio']:.3f} (goal >= 0.3)", flush=True)
+              "load_average_before": os.getloadavg(), "argv": sys.argv[1:]}
+    if not args.skip_throughput:
+        result["throughput"] = throughput_runs(args.runs, args.mib)
+        print(f"throughput ratio {result['throughput']['ratio']:.3f} (goal >= 0.3)", flush=True)
     if not args.skip_latency:
-        result["latency"] = latency_runs(args.runs, args.probe_s)
-        print(f"p99 ratio {result['latency']['ratio']:.3f} (goal <= 1.5)", flush=True)
-    write_result(REPO_ROOT / "bench" / "results" / "cleaner_bench.json", result)
+        result["latency"] = latency_runs(args.runs, args.probe_s, io_rate=args.io_rate,
+                                         compacted_phase=args.compacted_phase)
+        latency = result["latency"]
+        print(f"p99 ratio {latency['ratio']:.3f} (goal <= 1.5); per run "
+              f"{', '.join(f'{r:.2f}' for r in latency['run_ratios'])}; idle p99 spread {latency['idle_p99_spread']:.2f}x"
+              + (f"; cleaning / compacted {latency['cleaning_vs_compacted_ratio']:.3f}" if args.compacted_phase else ""),
+              flush=True)
+    result["load_average_after"] = os.getloadavg()
+    write_result(REPO_ROOT / "bench" / "results" / args.out, result)
 
 
 if __name__ == "__main__":

@@ -249,6 +249,10 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("floe.consumer.lag.sample.ms", _INT, 5000,
             "With metrics on, how often a group coordinator samples the latest offset of the partitions its groups "
             "committed to (kafka_consumergroup_lag and _lag_seconds are as fresh as the last sample)."),
+    _broker("floe.event.loop.lag.sample.ms", _INT, -1,
+            "With metrics on, how often the broker sets a timer on its event loop and records how late it ran "
+            "(floe_event_loop_lag_seconds: how long work on the loop, such as file system calls, held back every "
+            "request); zero or negative: not sampled."),
     _broker("floe.request.slow.ms", _INT, -1,
             "A request whose total time (read to response written) reaches this many milliseconds is logged once, "
             "with its API, version, client id, principal and Kafka's time split; negative: none is."),

@@ -81,7 +81,7 @@ from .checkpoint import (
 from .config import LogConfig
 from .errors import CorruptCheckpointError, LogError
 from .offset_map import OffsetMap
-from .partition_log import PartitionLog
+from .partition_log import PartitionLog, SegmentSwap
 from .segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -832,20 +832,30 @@ def open_cleaned(plan: CleaningPlan, result: CleaningResult) -> list[Segment | N
     return opened
 
 
+def swap_group(plan: CleaningPlan, group: CleanedGroup, segment: Segment | None) -> SegmentSwap | None:
+    """Put one group's opened segment in place of its old segments in the segment list (on the log's
+    writer); None when `open_cleaned` could not open it or the old segments changed since the plan
+    (retention, truncation, a closed log). The returned swap's file step (`SegmentSwap.finish`) is
+    the caller's to run, on any thread; a refused segment's files are the caller's to delete."""
+    if segment is None:
+        return None
+    old = [plan.segments[n] for n in group.numbers]
+    return plan.log.swap_segments(old, [plan.sizes[n] for n in group.numbers], segment)
+
+
 def swap_cleaned(plan: CleaningPlan, result: CleaningResult, opened: list[Segment | None]) -> int:
-    """Swap the opened segments in (on the log's writer); return how many groups went in.
+    """Swap the opened segments in, file steps included (on the log's writer); return how many groups went in.
 
     A group whose old segments changed since the plan (retention, truncation, a closed log) is
     discarded, as is one `open_cleaned` could not open.
     """
     swapped = 0
     for group, segment in zip(result.groups, opened, strict=True):
-        if segment is None:
-            continue
-        old = [plan.segments[n] for n in group.numbers]
-        if plan.log.replace_segments(old, [plan.sizes[n] for n in group.numbers], segment):
+        swap = swap_group(plan, group, segment)
+        if swap is not None:
+            swap.finish()
             swapped += 1
-        else:
+        elif segment is not None:
             segment.close_and_delete()
     return swapped
 

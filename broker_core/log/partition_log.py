@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,7 +55,33 @@ from .segment import LOG_SUFFIX, FileSlice, Segment, segment_file_name
 from .swap import SWAP_SUFFIX, finish_swaps
 from .transaction_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex, collect_aborted
 
-__all__ = ["AppendInfo", "PartitionLog"]
+__all__ = ["AppendInfo", "PartitionLog", "SegmentSwap"]
+
+
+class SegmentSwap:
+    """The file step of a cleaner swap whose segment list change is already made (`PartitionLog.swap_segments`).
+
+    `finish` renames the swapped-out segments' files to ``*.deleted`` and then the cleaned segment's
+    from ``*.swap`` to their plain names, the order crash recovery relies on (`broker_core.log.swap`).
+    It may run on any thread and runs once: a second caller waits until the first is done. Until
+    then the log finishes it itself before any change that touches those files (truncation, retiring
+    the cleaned segment, close).
+    """
+
+    def __init__(self, segment: Segment, steps: Callable[[], None] | None) -> None:
+        self.segment = segment
+        self._steps = steps
+        self._lock = threading.Lock()
+
+    @property
+    def done(self) -> bool:
+        return self._steps is None
+
+    def finish(self) -> None:
+        with self._lock:
+            steps, self._steps = self._steps, None
+            if steps is not None:
+                steps()
 
 
 class PartitionLog:
@@ -115,6 +142,7 @@ class PartitionLog:
         self._directory_dirty = False
         self._last_flush_ms = wall_clock_ms()
         self._closed = False
+        self._unfinished_swap: SegmentSwap | None = None
         self.reconfigure(config)
 
     def reconfigure(self, config: LogConfig) -> None:
@@ -432,6 +460,7 @@ class PartitionLog:
         """Clean shutdown: seal and flush the active segment, write the recovery point, close every file."""
         if self._closed:
             return
+        self._finish_swap()
         self._segments[-1].seal()
         self.flush()
         for segment in self._segments:
@@ -602,6 +631,7 @@ class PartitionLog:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self.log_end_offset:
             return False
+        self._finish_swap()
         now = wall_clock_ms() if now_ms is None else now_ms
         segments = self._segments
         if segments[0].base_offset > offset:
@@ -629,6 +659,7 @@ class PartitionLog:
         """Drop the whole log and continue empty at ``offset`` (log start and end both become ``offset``)."""
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
+        self._finish_swap()
         now = wall_clock_ms() if now_ms is None else now_ms
         old = self._segments
         self._retire(old)
@@ -709,52 +740,93 @@ class PartitionLog:
         return count
 
     def replace_segments(self, old: list[Segment], old_sizes: list[int], cleaned: Segment) -> bool:
+        """`swap_segments` with its file step finished on the caller's thread; False if it was refused."""
+        swap = self.swap_segments(old, old_sizes, cleaned)
+        if swap is None:
+            return False
+        swap.finish()
+        return True
+
+    def swap_segments(self, old: list[Segment], old_sizes: list[int], cleaned: Segment) -> SegmentSwap | None:
         """The cleaner's swap: put ``cleaned`` (files named ``*.swap``) in place of the consecutive ``old``.
 
-        Refused (False, nothing changed) when the log no longer holds exactly ``old`` at those sizes
+        Refused (None, nothing changed) when the log no longer holds exactly ``old`` at those sizes
         (retention, truncation or a close came first), or when ``old`` would include the active
-        segment. Otherwise the old segments are retired (renamed ``*.deleted``, their descriptors kept
-        for file.delete.delay.ms as for retention), the new one takes their place in one replacement
-        of the segment list, and its files are renamed from ``.swap`` to their plain names; see
-        `broker_core.log.swap` for why a kill at any point of this leaves a log that opens whole.
+        segment. Otherwise the new segment takes the old ones' place in one replacement of the
+        segment list, and the returned `SegmentSwap` holds the file step: the old segments retired
+        (renamed ``*.deleted``, their descriptors kept for file.delete.delay.ms as for retention) and
+        the new one's files renamed from ``.swap`` to their plain names; see `broker_core.log.swap`
+        for why a kill at any point of this leaves a log that opens whole. The file step is left to
+        the caller, who may run it on a worker thread: renames wait for the file system's journal,
+        which a busy disk (the cleaner's own fsyncs among others) can hold for tens of milliseconds,
+        and on the writer's thread that wait would stall every partition's appends and fetches.
+        Readers hold descriptors, which renames do not affect.
         """
+        self._finish_swap()
         segments = self._segments
         if self._closed or not old:
-            return False
+            return None
         try:
             first = next(i for i, segment in enumerate(segments) if segment is old[0])
         except StopIteration:
-            return False
+            return None
         stop = first + len(old)
         if (
             stop >= len(segments)
             or any(a is not b for a, b in zip(segments[first:stop], old, strict=True))
             or [segment.size for segment in old] != old_sizes
         ):
-            return False
-        # The cleaner keeps transactional batches and markers whole, so the aborted transactions the old
-        # segments' .txnindex files list stay true of the cleaned one: they move to its index, written
-        # whole before the others go (a kill in between leaves orphans that the next open adopts, see
-        # `_adopt_orphan_transaction_indexes`, and reads tolerate an entry listed twice).
-        carried: list[AbortedTxn] = []
-        for segment in old:
-            index = self._txn_indexes.pop(segment.base_offset, None)
-            if index is not None:
-                carried.extend(index.entries)
-        self._retire(list(old))
-        if carried:
-            self._txn_index(cleaned.base_offset).replace_entries(carried)
-        for segment in old:
-            if segment.base_offset != cleaned.base_offset:
-                (self.directory / segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
+            return None
         cleaned.offsets_may_skip = self.config.compact
+        if any(segment.base_offset in self._txn_indexes for segment in old):
+            # The cleaner keeps transactional batches and markers whole, so the aborted transactions the
+            # old segments' .txnindex files list stay true of the cleaned one: they move to its index,
+            # written whole before the others go (a kill in between leaves orphans that the next open
+            # adopts, see `_adopt_orphan_transaction_indexes`, and reads tolerate an entry listed
+            # twice). Rare, and done here whole, since transaction indexes are read on this thread.
+            carried: list[AbortedTxn] = []
+            for segment in old:
+                index = self._txn_indexes.pop(segment.base_offset, None)
+                if index is not None:
+                    carried.extend(index.entries)
+            self._retire(list(old))
+            if carried:
+                self._txn_index(cleaned.base_offset).replace_entries(carried)
+            self._unlink_transaction_indexes(old, keep=cleaned.base_offset)
+            self._segments = [*segments[:first], cleaned, *segments[stop:]]
+            cleaned.rename_suffix(SWAP_SUFFIX, "")
+            self._directory_dirty = True
+            return SegmentSwap(cleaned, None)
         self._segments = [*segments[:first], cleaned, *segments[stop:]]
-        cleaned.rename_suffix(SWAP_SUFFIX, "")
         self._directory_dirty = True
-        return True
+        retired = list(old)
+
+        def file_step() -> None:
+            self._retired.retire(retired)
+            self._unlink_transaction_indexes(retired, keep=cleaned.base_offset)
+            cleaned.rename_suffix(SWAP_SUFFIX, "")
+
+        swap = SegmentSwap(cleaned, file_step)
+        self._unfinished_swap = swap
+        return swap
+
+    def _unlink_transaction_indexes(self, segments: list[Segment], *, keep: int) -> None:
+        for segment in segments:
+            if segment.base_offset != keep:
+                (self.directory / segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
+
+    def _finish_swap(self) -> None:
+        """Finish the file step of the last swap (waiting for the thread running it, if one is) before
+        this thread touches segment files itself."""
+        swap, self._unfinished_swap = self._unfinished_swap, None
+        if swap is not None:
+            swap.finish()
 
     def _retire(self, segments: list[Segment]) -> None:
         """Take segments out of service: rename to *.deleted now, close and unlink after file.delete.delay.ms."""
+        swap = self._unfinished_swap
+        if swap is not None and any(segment is swap.segment for segment in segments):
+            self._finish_swap()
         self._retired.retire(segments)
         for segment in segments:
             index = self._txn_indexes.pop(segment.base_offset, None)

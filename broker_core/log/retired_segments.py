@@ -5,11 +5,14 @@ truncation or a roll over an empty segment then takes out of the log. `RetiredSe
 segment's files to `*.deleted` at once, so a restart never mistakes them for live data (recovery
 deletes `*.deleted` files), and closes and unlinks them once the delay has passed on the monotonic
 clock it is given. With a delay of 0 the files go at once. It is owned and called by the log's
-single writer; readers only ever hold descriptors, which stay valid until the close.
+single writer, except that the file step of a cleaner swap (`PartitionLog.swap_segments`) retires
+the swapped-out segments from a worker thread: the queue itself is guarded by a lock. Readers only
+ever hold descriptors, which stay valid until the close.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -23,6 +26,7 @@ class RetiredSegments:
         self._delete_delay_ms = delete_delay_ms
         self._clock = clock
         self._pending: list[tuple[float, Segment]] = []
+        self._lock = threading.Lock()
 
     def retire(self, segments: list[Segment]) -> None:
         """Take ``segments`` out of service: rename to *.deleted now, close and unlink after the delay."""
@@ -32,19 +36,22 @@ class RetiredSegments:
                 segment.close_and_delete()
             else:
                 segment.mark_deleted()
-                self._pending.append((self._clock() + delay_ms / 1000, segment))
+                with self._lock:
+                    self._pending.append((self._clock() + delay_ms / 1000, segment))
 
     def delete_expired(self) -> None:
         """Close and unlink the retired segments whose delay has passed."""
         now = self._clock()
-        due = [segment for deadline, segment in self._pending if deadline <= now]
-        if due:
-            self._pending = [(d, s) for d, s in self._pending if d > now]
-            for segment in due:
-                segment.close_and_delete()
+        with self._lock:
+            due = [segment for deadline, segment in self._pending if deadline <= now]
+            if due:
+                self._pending = [(d, s) for d, s in self._pending if d > now]
+        for segment in due:
+            segment.close_and_delete()
 
     def delete_all(self) -> None:
         """Close and unlink every retired segment now, delay or not (the log is closing)."""
-        for _, segment in self._pending:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for _, segment in pending:
             segment.close_and_delete()
-        self._pending.clear()

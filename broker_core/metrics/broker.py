@@ -26,7 +26,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .aws_calls import DYNAMODB_CALLS
-from .families import SECOND_BUCKETS, CounterChild, Families, PendingObservations
+from .families import LAG_BUCKETS, SECOND_BUCKETS, CounterChild, Families, PendingObservations
 from .requests import RequestClock, log_slow_request
 
 
@@ -162,6 +162,10 @@ class BrokerMetrics:
         self._quota_throttled = families.counter(
             "floe_quota_throttled_responses", "Responses that carried a throttle time, by quota and client group",
             ("quota", "user", "client_id"))
+        self.event_loop_lag = families.histogram(
+            "floe_event_loop_lag_seconds",
+            "How late the event loop ran a timer (sampled every floe.event.loop.lag.sample.ms)", (),
+            LAG_BUCKETS).labels()
         self._s3_seconds = families.histogram("floe_s3_request_seconds",
                                               "S3 operations by the tiering service, retries included", ("operation",),
                                               SECOND_BUCKETS)

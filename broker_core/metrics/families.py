@@ -34,6 +34,8 @@ from prometheus_client.registry import Collector
 MILLISECOND_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
                        10000.0, 30000.0)
 SECOND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Event-loop lag in seconds: a healthy loop is late by well under a millisecond.
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 # Events a group's label set keeps raw before counting them (values kept: this times the group's width).
 FOLD_AFTER_EVENTS = 1024
 

@@ -212,6 +212,9 @@ class Broker:
                                             self._checkpoint_high_watermarks), name="hw-checkpoint"),
             asyncio.create_task(self._every(LOG_DELETION_CHECK_INTERVAL_S, self._delete_logs), name="delete-logs"),
         ]
+        lag_sample_s = self.config.get_int("floe.event.loop.lag.sample.ms") / 1000
+        if lag_sample_s > 0 and self.metrics.enabled:
+            self._tasks.append(asyncio.create_task(self._sample_event_loop_lag(lag_sample_s), name="loop-lag"))
 
     async def stop(self, *, controlled: bool = True) -> None:
         # The controller duty goes first: run during the shutdown it would take back the lease
@@ -289,6 +292,15 @@ class Broker:
             except Exception:
                 log.exception("%s failed", duty.__name__)
             await asyncio.sleep(interval_s)
+
+    async def _sample_event_loop_lag(self, interval_s: float) -> None:
+        """Record how late a timer of ``interval_s`` fires: the time the loop spent on other work past it
+        (a blocking system call, a long Python step), which every request waiting on the loop waited too."""
+        observe = self.metrics.event_loop_lag.observe
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(interval_s)
+            observe(max(0.0, time.monotonic() - started - interval_s))
 
     def _heartbeat(self) -> None:
         """One heartbeat, in the heartbeat thread; re-registers (a new broker epoch) if fenced."""

@@ -4,9 +4,10 @@ Each of log.cleaner.threads workers (coroutines on the broker's event loop, each
 process of its own) repeats: pick the dirtiest compacted log not being cleaned (dirty ratio at or
 above its min.cleanable.dirty.ratio, or a record past max.compaction.lag.ms, the overdue first), run
 the pass's reading and writing in the process (`broker_core.log.cleaner.clean_in_process`, each
-process held to its share of log.cleaner.io.max.bytes.per.second), then swap the result in on the
-event loop, where every other change to a log (appends, rolls, retention, truncation) happens too, so
-no reader sees a half-swapped segment list. Processes rather than threads: a pass is Python work on
+process held to its share of log.cleaner.io.max.bytes.per.second), then swap the result in a group
+at a time: the segment list changes on the event loop, where every other change to a log (appends,
+rolls, retention, truncation) happens too, so no reader sees a half-swapped segment list, and the
+group's file renames then run on a worker thread (`PartitionLog.swap_segments`). Processes rather than threads: a pass is Python work on
 every record, and on a thread it would hold the GIL against the event loop (produce p99 went from 38
 to 106 ms in bench/cleaner_bench.py on threads). With nothing to clean a worker waits log.cleaner.backoff.ms. Leaders and followers
 alike clean their own copy, each below its own high watermark, as Kafka's replicas do. Stopping sets
@@ -33,7 +34,7 @@ from broker_core.log.cleaner import (
     init_cleaner_process,
     open_cleaned,
     plan_cleaning,
-    swap_cleaned,
+    swap_group,
     write_cleaner_checkpoint,
 )
 from broker_core.log.offset_map import OffsetMap
@@ -176,10 +177,20 @@ class LogCleanerService:
         if self._abort.is_set():
             discard(plan.job.directory, result)
             return False
-        # Opening the new segments and writing the checkpoint (an fsync) go to a worker thread; only
-        # the swap itself, which changes the segment list, runs on the event loop.
+        # Opening the new segments, the renames of each group's swap and writing the checkpoint (an
+        # fsync) go to a worker thread; only the change of the segment list runs on the event loop, a
+        # group at a time. File renames wait for the file system's journal, which the cleaner's own
+        # fsyncs (and any other writer's) keep busy: on the event loop they stalled every partition's
+        # requests for 10-40 ms a pass (bench/cleaner_bench.py, docs/performance.md "Log cleaner").
         opened = await asyncio.to_thread(open_cleaned, plan, result)
-        swapped = swap_cleaned(plan, result, opened)
+        swapped = 0
+        for group, segment in zip(result.groups, opened, strict=True):
+            swap = swap_group(plan, group, segment)
+            if swap is not None:
+                await asyncio.to_thread(swap.finish)
+                swapped += 1
+            elif segment is not None:
+                await asyncio.to_thread(segment.close_and_delete)
         if swapped == len(result.groups) and swapped:
             await asyncio.to_thread(write_cleaner_checkpoint, plan, result)
         log.info("cleaned %s-%d: %d of %d groups swapped, %d bytes read, %d written, %d of %d records kept",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from broker_core.log.cleaner import (
     OffsetMapTooSmallError,
     apply_cleaning,
     clean,
+    open_cleaned,
     plan_cleaning,
+    swap_group,
 )
 from broker_core.log.errors import RecordWithoutKeyError
 from broker_core.log.offset_map import OffsetMap
@@ -272,6 +275,89 @@ def test_the_throttle_holds_callers_to_its_rate() -> None:
     for _ in range(10):
         throttle.acquire(500)
     assert now[0] == pytest.approx(5.0, abs=0.01)
+
+
+def test_a_pass_under_a_throttle_sleeps_for_the_bytes_it_read_and_wrote(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill_updates(log, rounds=20, keys=5)
+    plan = plan_cleaning(log, high_watermark=log.log_end_offset, now_ms=NOW, force=True)
+    assert plan is not None
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    rate = 1000.0
+    result = clean(plan.job, OffsetMap(10_000), throttle=IoThrottle(rate, clock=lambda: now[0], sleep=sleep))
+    # The throttle's window restarts after a second of keeping up, so up to a second's bytes go unslept.
+    moved = result.bytes_read + result.bytes_written
+    assert moved > 3 * rate
+    assert moved / rate - 1.0 <= now[0] <= moved / rate
+    apply_cleaning(plan, result)
+    log.close()
+
+
+def swapped_in_without_renames(log: PartitionLog) -> list:
+    """Plan and clean ``log`` and put every group in the segment list, leaving the file steps to the log
+    (each swap finishes the one before it first, so the last one is left unfinished)."""
+    plan = plan_cleaning(log, high_watermark=log.log_end_offset, now_ms=NOW, force=True)
+    assert plan is not None
+    result = clean(plan.job, OffsetMap(10_000))
+    swaps = [swap_group(plan, group, segment)
+             for group, segment in zip(result.groups, open_cleaned(plan, result), strict=True)]
+    assert all(swap is not None for swap in swaps)
+    assert [swap.done for swap in swaps] == [True] * (len(swaps) - 1) + [False]
+    return swaps
+
+
+def test_a_swap_shows_the_cleaned_segments_before_its_renames_and_the_renames_finish_it(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill_updates(log, rounds=20, keys=5)
+    before = latest(read_all(log))
+    swaps = swapped_in_without_renames(log)
+    directory = tmp_path / "t-0"
+    assert [p.name for p in directory.glob("*.log" + SWAP_SUFFIX)] == [swaps[-1].segment.log_path.name]
+    assert latest(read_all(log)) == before
+    assert len(read_all(log)) == 5
+    threads = [threading.Thread(target=swap.finish) for swap in swaps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(swap.done for swap in swaps)
+    assert not list(directory.glob("*" + SWAP_SUFFIX))
+    log.close()
+    reopened = open_log(tmp_path)
+    assert latest(read_all(reopened)) == before
+    assert len(read_all(reopened)) == 5
+    reopened.close()
+
+
+@pytest.mark.parametrize("change", ["close", "truncate", "retention"])
+def test_a_change_to_the_log_finishes_a_swap_left_unfinished_first(tmp_path: Path, change: str) -> None:
+    log = open_log(tmp_path, file_delete_delay_ms=0)
+    fill_updates(log, rounds=20, keys=5)
+    before = latest(read_all(log))
+    end = log.log_end_offset
+    swaps = swapped_in_without_renames(log)
+    if change == "truncate":
+        log.truncate_to(end - 1)
+        assert log.log_end_offset < end
+    elif change == "retention":
+        log.delete_records_before(swaps[-1].segment.next_offset)
+        assert log.log_start_offset == swaps[-1].segment.next_offset
+    records, end_after = read_all(log), log.log_end_offset
+    log.close()
+    assert all(swap.done for swap in swaps)
+    directory = tmp_path / "t-0"
+    assert not list(directory.glob("*" + SWAP_SUFFIX))
+    assert not list(directory.glob("*.deleted"))
+    reopened = open_log(tmp_path)
+    assert read_all(reopened) == records
+    assert reopened.log_end_offset == end_after
+    if change == "close":
+        assert latest(records) == before
+    reopened.close()
 
 
 def test_a_time_lookup_passes_over_a_batch_the_cleaner_emptied(tmp_path: Path) -> None:
