@@ -44,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,9 @@ def measure_failover(stack: LocalStack, store: MetadataStore, partitions: int,
         "max_s": round(max(times), 3) if times else None,
         "answers": dict(prober.answers),
         "not_leader_answers_naming_the_new_leader": prober.hinted_leaders,
+        # How many partitions first took a write in each second after the kill (the failover's timeline).
+        "accepted_by_second": {str(second): count for second, count in sorted(
+            Counter(int(t) for t in times).items())},
         "load_average": load_average(),
     }
 
