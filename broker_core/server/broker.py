@@ -467,14 +467,15 @@ class Broker:
             return
         if self.controller is None or self.controller.controller_epoch != epoch:
             log.info("broker %d is the controller at epoch %d", self.config.broker_id, epoch)
+            # Clients address admin requests to the controller named in Metadata: every broker learns
+            # the new holder from the change sequence. The term begins once that is written (a failed
+            # write is tried again on the next pass).
+            await asyncio.to_thread(self.store.announce_controller, self.config.broker_id, epoch)
             self.metrics.controller_terms.inc()
             # As Kafka's controller: the first imbalance check comes one interval into the term.
             self._leader_rebalance_due = loop.time() + self.config.get_int("leader.imbalance.check.interval.seconds")
             self.heartbeat_observer.begin_term(epoch, self.image.to_snapshot() if self.image.version >= 0 else None)
             self.controller = self.heartbeat_observer
-            # Clients address admin requests to the controller named in Metadata: every broker learns
-            # the new holder from the change sequence.
-            await asyncio.to_thread(self.store.announce_controller, self.config.broker_id, epoch)
         started = time.perf_counter()
         result = await asyncio.to_thread(self.controller.run_once)
         self._count_elections(result.changed_partitions, result.shutdown_moves, started)
