@@ -10,7 +10,10 @@ one topic of N partitions with replication factor 3 and min.insync.replicas=2, a
   client traffic, as a percentage of one core;
 - RSS: each broker's resident set before the topic exists and after, and the difference per
   partition replica it hosts;
-- failover: SIGKILL of the broker that leads the most partitions; from the kill, a prober
+- failover: SIGKILL of one broker, chosen by ``--kill``: ``controller`` kills the holder of the
+  controller lease (the survivors must take the lease over before one of them can fence it),
+  ``other`` the broker leading the most partitions among the others (a controller that lives on
+  fences it); each kind is a case of its own on a fresh stack. From the kill, a prober
   (``broker_core.client.write_probe``, shared with the kill-leader fault test) sends one-record
   acks=all Produce requests (up to 100 pending partitions a request) to whichever broker the
   surviving brokers' Metadata answers, or a NOT_LEADER_OR_FOLLOWER answer's KIP-951 hint, name as
@@ -24,7 +27,8 @@ before its session runs out. The peer for creation and idle cost is Floe at a sm
 count in the same run, which shows how each figure grows.
 
     .venv/bin/python bench/scale_bench.py [--partitions 3,100,1000] [--runs 3] [--idle-s 20]
-        [--profile defaults|test] [--output bench/results/scale_bench.json]
+        [--kill controller,other] [--profile defaults|test] [--keep-logs DIR]
+        [--output bench/results/scale_bench.json]
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +151,7 @@ def create_topic(stack: LocalStack, store: MetadataStore, partitions: int) -> No
     asyncio.run(create())
 
 
-def run_case(partitions: int, profile: str, idle_s: float, directory: Path, failover: bool) -> dict[str, Any]:
+def run_case(partitions: int, profile: str, idle_s: float, directory: Path, kill: str | None) -> dict[str, Any]:
     overrides = dict(PROFILES[profile])
     if partitions * 3 // BROKERS > 4000:
         # floe.max.replicas.per.broker (default 4,000) would refuse the topic with POLICY_VIOLATION.
@@ -184,21 +189,27 @@ def run_case(partitions: int, profile: str, idle_s: float, directory: Path, fail
                                     for b in rss_after},
             "load_average": load_average(),
         }
-        if failover:
-            result["failover"] = measure_failover(stack, store, partitions, session_timeout_ms)
+        if kill is not None:
+            result["failover"] = measure_failover(stack, store, partitions, session_timeout_ms, kill)
         return result
     finally:
         stack.stop(save_state=False)
 
 
 def measure_failover(stack: LocalStack, store: MetadataStore, partitions: int,
-                     session_timeout_ms: int) -> dict[str, Any]:
+                     session_timeout_ms: int, kill: str) -> dict[str, Any]:
+    """SIGKILL the controller (``kill`` "controller") or the broker leading the most partitions among
+    the others ("other"), and time each partition's first acks=all write after it."""
     states = store.get_partitions(TOPIC)
-    led: dict[int, int] = {}
+    led: dict[int, int] = {b: 0 for b in stack.processes}
     for state in states:
         led[state.leader] = led.get(state.leader, 0) + 1
-    victim = max(sorted(led), key=lambda b: led[b])
     lease = store.models.controller_lease.get("controller", consistent_read=True)
+    controller = int(lease.holder)
+    if kill == "controller":
+        victim = controller
+    else:
+        victim = max(sorted(b for b in stack.processes if b != controller), key=lambda b: led[b])
     start = time.monotonic()
     stack.kill_broker(victim, signal.SIGKILL)
     prober = write_probe(stack, partitions)
@@ -207,8 +218,9 @@ def measure_failover(stack: LocalStack, store: MetadataStore, partitions: int,
     times = list(prober.accepted_after_s.values())
     ratios = [t / session_s for t in times]
     return {
+        "kill": kill,
         "killed_broker": victim,
-        "killed_was_controller": int(lease.holder) == victim,
+        "killed_was_controller": controller == victim,
         "partitions_led_by_killed": led[victim],
         "never_accepted": len(prober.pending),
         "p50_x_session": round(percentile(ratios, 0.5), 3) if ratios else None,
@@ -217,16 +229,20 @@ def measure_failover(stack: LocalStack, store: MetadataStore, partitions: int,
         "max_s": round(max(times), 3) if times else None,
         "answers": dict(prober.answers),
         "not_leader_answers_naming_the_new_leader": prober.hinted_leaders,
+        # How many partitions first took a write in each second after the kill (the failover's timeline).
+        "accepted_by_second": {str(second): count for second, count in sorted(
+            Counter(int(t) for t in times).items())},
         "load_average": load_average(),
     }
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(runs: list[dict[str, Any]], kill: str | None) -> dict[str, Any]:
     def median(key: str) -> float:
         return round(statistics.median(r[key] for r in runs), 3)
 
     summary: dict[str, Any] = {
         "partitions": runs[0]["partitions"],
+        "kill": kill,
         "create_until_writable_s": median("create_until_writable_s"),
         "idle_cpu_percent_max_broker": round(statistics.median(max(r["idle_cpu_percent"].values()) for r in runs), 2),
         "rss_kib_per_replica": round(statistics.median(
@@ -247,7 +263,12 @@ def main() -> None:
     parser.add_argument("--failover-at", default="3,1000", help="partition counts whose case also kills a leader")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--idle-s", type=float, default=20.0)
+    parser.add_argument("--kill", default="controller,other",
+                        help="which broker each failover case kills: controller (the lease holder), other (the "
+                             "broker leading the most partitions among the rest); each a case of its own")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="defaults")
+    parser.add_argument("--keep-logs", type=Path, default=None,
+                        help="copy each case's broker and moto logs under this directory")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "scale_bench.json")
     args = parser.parse_args()
     counts = [int(x) for x in args.partitions.split(",")]
@@ -256,25 +277,33 @@ def main() -> None:
     results: dict[str, Any] = {"machine": machine_info(), "profile": args.profile,
                                "overrides": PROFILES[args.profile], "session_timeout_ms": session_timeout_ms,
                                "load_average_at_start": load_average(), "runs": {}, "summary": [], "failures": []}
+    kills: list[str | None] = [k for k in args.kill.split(",") if k]
+    if any(k not in ("controller", "other") for k in kills):
+        parser.error(f"--kill takes controller and/or other, got {args.kill!r}")
     for count in counts:
-        runs = []
-        for run in range(args.runs):
-            directory = Path(tempfile.mkdtemp(prefix="floe-scale-"))
-            try:
-                outcome = run_case(count, args.profile, args.idle_s, directory, count in failover_at)
-            except Exception as exc:  # recorded, with the brokers' logs kept, and the other cases still run
-                print(json.dumps({"partitions": count, "failed": repr(exc), "logs": str(directory / "logs"),
-                                  "load_average": load_average()}), flush=True)
-                results["failures"].append({"partitions": count, "error": repr(exc), "load_average": load_average()})
-                continue
-            shutil.rmtree(directory, ignore_errors=True)
-            print(json.dumps(outcome), flush=True)
-            runs.append(outcome)
-            if run == 0 and count >= 10_000 and outcome["create_until_writable_s"] > 120:
-                break  # one run is enough to show it does not scale
-        results["runs"][str(count)] = runs
-        if runs:
-            results["summary"].append(summarize(runs))
+        for kill in (kills if count in failover_at else [None]):
+            key = f"{count}" if kill is None else f"{count}-kill-{kill}"
+            runs = []
+            for run in range(args.runs):
+                directory = Path(tempfile.mkdtemp(prefix="floe-scale-"))
+                try:
+                    outcome = run_case(count, args.profile, args.idle_s, directory, kill)
+                except Exception as exc:  # recorded, with the brokers' logs kept, and the other cases still run
+                    print(json.dumps({"partitions": count, "kill": kill, "failed": repr(exc),
+                                      "logs": str(directory / "logs"), "load_average": load_average()}), flush=True)
+                    results["failures"].append({"partitions": count, "kill": kill, "error": repr(exc),
+                                                "load_average": load_average()})
+                    continue
+                if args.keep_logs is not None:
+                    shutil.copytree(directory / "logs", args.keep_logs / f"{key}-run{run + 1}", dirs_exist_ok=True)
+                shutil.rmtree(directory, ignore_errors=True)
+                print(json.dumps(outcome), flush=True)
+                runs.append(outcome)
+                if run == 0 and count >= 10_000 and outcome["create_until_writable_s"] > 120:
+                    break  # one run is enough to show it does not scale
+            results["runs"][key] = runs
+            if runs:
+                results["summary"].append(summarize(runs, kill))
     results["load_average_at_end"] = load_average()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
@@ -283,7 +312,7 @@ def main() -> None:
 
 def print_table(summary: list[dict[str, Any]], session_timeout_ms: int) -> None:
     print(f"\nbroker.session.timeout.ms = {session_timeout_ms}; medians over runs")
-    header = ("partitions", "create s", "idle CPU % (max broker)", "RSS KiB/replica",
+    header = ("partitions", "kill", "create s", "idle CPU % (max broker)", "RSS KiB/replica",
               "failover p50/p99/max x session")
     print(" | ".join(header))
     for row in summary:
@@ -291,7 +320,7 @@ def print_table(summary: list[dict[str, Any]], session_timeout_ms: int) -> None:
         if "failover_max_x_session" in row:
             failover = (f"{row['failover_p50_x_session']}/{row['failover_p99_x_session']}/"
                         f"{row['failover_max_x_session']}")
-        print(" | ".join(str(x) for x in (row["partitions"], row["create_until_writable_s"],
+        print(" | ".join(str(x) for x in (row["partitions"], row["kill"] or "-", row["create_until_writable_s"],
                                            row["idle_cpu_percent_max_broker"], row["rss_kib_per_replica"], failover)))
 
 

@@ -26,7 +26,7 @@ from broker_core.metadata.errors import (
 )
 from broker_core.metadata.models import BROKER_EPOCH_ITEM, BrokerItem
 from broker_core.metadata.state import BrokerRegistration, BrokerState
-from broker_core.metadata.tables import MetadataTables, metadata_failures
+from broker_core.metadata.tables import MetadataTables, encode_broker_changes, metadata_failures
 from broker_core.security.principal import ANONYMOUS
 
 
@@ -96,9 +96,11 @@ class BrokerRegistry(MetadataTables):
 
         def build(transaction: TransactWrite) -> None:
             transaction.save(item, condition=condition)
-            self.add_version_bump(transaction)
 
-        if self.transact(f"register broker {broker_id}", build) is not None:
+        # Numbered in the change sequence with the whole registration: brokers learn of it (a restarted
+        # broker's new epoch and endpoints) from the change item, without reading everything.
+        if self.transact_change(f"register broker {broker_id}", build,
+                                brokers=encode_broker_changes([_broker_from_item(item)])) is not None:
             raise BrokerFencedError(broker_id, broker_epoch)
         return broker_epoch
 
@@ -128,9 +130,9 @@ class BrokerRegistry(MetadataTables):
             transaction.update(
                 broker(broker_id), actions=[broker.state.set(state.value)], condition=condition
             )
-            self.add_version_bump(transaction)
 
-        if self.transact(f"set state of broker {broker_id}", build) is not None:
+        if self.transact_change(f"set state of broker {broker_id}", build,
+                                brokers=encode_broker_changes(states=[(broker_id, broker_epoch, state)])) is not None:
             raise BrokerFencedError(broker_id, broker_epoch)
 
     @metadata_failures
@@ -154,14 +156,30 @@ class BrokerRegistry(MetadataTables):
             transaction.update(
                 broker(broker_id), actions=[broker.state.set(BrokerState.FENCED.value)], condition=condition
             )
-            self.add_version_bump(transaction)
 
-        codes = self.transact(f"fence broker {broker_id}", build)
+        # In the change sequence: on a failover every broker learns of the fence from the change item
+        # (before, a fence made every broker and the controller read every partition again).
+        codes = self.transact_change(f"fence broker {broker_id}", build, brokers=encode_broker_changes(
+            states=[(broker_id, broker_epoch, BrokerState.FENCED)]))
         if codes is None:
             return True
         if codes[0] == CONDITION_FAILED:
             raise FencedControllerError(controller_epoch)
         return False
+
+    @metadata_failures
+    def announce_controller(self, broker_id: int, controller_epoch: int) -> None:
+        """Controller write, once per term: number the new holder of the lease in the change sequence,
+        so that every broker learns whom Metadata answers should name as the controller from the
+        change item (a version bump without one made every broker read everything, on the failover
+        path). Raises FencedControllerError if the lease moved past ``controller_epoch`` meanwhile."""
+        def build(transaction: TransactWrite) -> None:
+            self.add_controller_check(transaction, controller_epoch)
+
+        codes = self.transact_change(f"announce controller {broker_id}", build,
+                                     brokers=encode_broker_changes(controller=broker_id))
+        if codes is not None:
+            raise FencedControllerError(controller_epoch)
 
     @metadata_failures
     def get_broker(self, broker_id: int) -> BrokerRegistration | None:

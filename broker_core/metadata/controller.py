@@ -368,11 +368,18 @@ class Controller:
                 stalled.append(broker)
         return stalled
 
-    def begin_term(self, controller_epoch: int) -> None:
-        """Act for a new controller epoch, keeping the heartbeat observations made so far."""
+    def begin_term(self, controller_epoch: int, known: ClusterSnapshot | None = None) -> None:
+        """Act for a new controller epoch, keeping the heartbeat observations made so far.
+
+        ``known`` is the cluster as this broker already holds it (its metadata image at some
+        version): the term starts from it, brought forward by the change sequence, rather than from
+        a read of every partition, which on a failover would come before the first election. It is
+        safe to start from any earlier version: what the change sequence cannot carry forward is
+        read whole, and every write stays conditional on the epochs it planned from.
+        """
         self.controller_epoch = controller_epoch
         self._planned_version = None
-        self._snapshot = None
+        self._snapshot = known
 
     def run_once(self, now_ms: float | None = None) -> ControllerRunResult:
         """Fence brokers whose heartbeat stalled past the session timeout, then re-plan partitions.

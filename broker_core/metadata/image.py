@@ -51,9 +51,10 @@ class MetadataImage:
 
     def with_delta(self, version: int, delta: MetadataDelta) -> MetadataImage | None:
         """A new image at ``version``: this one with ``delta`` applied (topics deleted with their
-        partitions, topics created or changed, partition states replaced). None if the delta does not
-        fit this image (a partition of a topic id it does not know, a topic name it holds under
-        another id that the delta does not delete): the caller then reads a whole snapshot."""
+        partitions, topics created or changed, partition states replaced, broker registrations and
+        states, the controller). None if the delta does not fit this image (a partition of a topic id
+        it does not know, a topic name it holds under another id that the delta does not delete, a
+        state change of a registration it does not hold): the caller then reads a whole snapshot."""
         topics = dict(self.topics)
         topics_by_id = dict(self.topics_by_id)
         partitions = dict(self.partitions)
@@ -75,7 +76,28 @@ class MetadataImage:
                 return None
             if state.partition < topic.num_partitions:
                 partitions[(state.topic, state.partition)] = state
-        return replace(self, version=version, topics=topics, topics_by_id=topics_by_id, partitions=partitions)
+        brokers = self.brokers
+        if delta.brokers or delta.broker_states:
+            applied = delta.apply_to_brokers(self.brokers.values())
+            if applied is None:
+                return None
+            brokers = {b: applied[b] for b in sorted(applied)}
+        controller_id = self.controller_id if delta.controller_id is None else delta.controller_id
+        return replace(self, version=version, brokers=brokers, topics=topics, topics_by_id=topics_by_id,
+                       partitions=partitions, controller_id=controller_id)
+
+    def to_snapshot(self) -> ClusterSnapshot:
+        """This image as a `ClusterSnapshot` at its version: what a controller starting its term from
+        the broker's own view of the cluster begins with (instead of reading every partition)."""
+        grouped: dict[str, list[PartitionState]] = {name: [] for name in self.topics}
+        for (name, _), state in self.partitions.items():
+            if name in grouped:
+                grouped[name].append(state)
+        return ClusterSnapshot(version=self.version, brokers=tuple(self.brokers[b] for b in sorted(self.brokers)),
+                               topics=dict(self.topics),
+                               partitions={name: tuple(sorted(states, key=lambda p: p.partition))
+                                           for name, states in grouped.items()},
+                               broker_configs=self.broker_configs)
 
     def keys_changed_by(self, delta: MetadataDelta) -> set[tuple[str, int]]:
         """The (topic, partition) keys whose replica `delta` may change when applied to this image:

@@ -103,6 +103,7 @@ class MetadataChangeItem(Model):
     partitions = ListAttribute(of=UnicodeAttribute)
     states = UnicodeAttribute(null=True)
     topics = UnicodeAttribute(null=True)
+    brokers = UnicodeAttribute(null=True)
     expires_at = NumberAttribute()
 
 

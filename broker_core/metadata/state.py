@@ -114,8 +114,9 @@ class PartitionState:
 @dataclass(frozen=True)
 class MetadataDelta:
     """What a run of metadata versions changed, as the change sequence carries it: topics created or
-    changed (by name, each as of the last version), topic ids deleted, and partition states (by topic
-    id and partition, each as of the last version). A new topic's or CreatePartitions' partitions are
+    changed (by name, each as of the last version), topic ids deleted, partition states (by topic
+    id and partition, each as of the last version), broker registrations and broker state changes
+    (fencing, controlled shutdown), and the broker that took the controller lease. A new topic's or CreatePartitions' partitions are
     in ``partitions`` too, so a reader never reads a partition item for them.
 
     `then` appends a later version's delta; `ClusterSnapshot.with_delta` and
@@ -125,16 +126,45 @@ class MetadataDelta:
     topics: Mapping[str, TopicDescription] = field(default_factory=dict)
     deleted_topic_ids: frozenset[str] = frozenset()
     partitions: Mapping[tuple[str, int], PartitionState] = field(default_factory=dict)
+    # Broker registrations written (a broker registering), by broker id.
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
+    # Registrations moved to another state (fenced, shutting down): broker id -> (broker epoch, state).
+    broker_states: Mapping[int, tuple[int, BrokerState]] = field(default_factory=dict)
+    # The broker that took the controller lease, when one did.
+    controller_id: int | None = None
 
     def then(self, later: MetadataDelta) -> MetadataDelta:
         """This delta followed by ``later``: a topic deleted by ``later`` drops what this one says of
-        it, and what ``later`` says of a topic or partition replaces what this one says."""
+        it, and what ``later`` says of a topic, partition or broker replaces what this one says."""
         gone = later.deleted_topic_ids
         topics = {name: t for name, t in self.topics.items() if t.topic_id not in gone}
         topics.update(later.topics)
         partitions = {key: s for key, s in self.partitions.items() if s.topic_id not in gone}
         partitions.update(later.partitions)
-        return MetadataDelta(topics=topics, deleted_topic_ids=self.deleted_topic_ids | gone, partitions=partitions)
+        brokers = {b: r for b, r in self.brokers.items() if b not in later.brokers}
+        broker_states = {b: s for b, s in self.broker_states.items() if b not in later.brokers}
+        brokers.update(later.brokers)
+        for broker_id, (epoch, state) in later.broker_states.items():
+            registered = brokers.get(broker_id)
+            if registered is not None and registered.broker_epoch == epoch:
+                brokers[broker_id] = replace(registered, state=state)
+            else:
+                broker_states[broker_id] = (epoch, state)
+        return MetadataDelta(topics=topics, deleted_topic_ids=self.deleted_topic_ids | gone, partitions=partitions,
+                             brokers=brokers, broker_states=broker_states,
+                             controller_id=self.controller_id if later.controller_id is None else later.controller_id)
+
+    def apply_to_brokers(self, held: Iterable[BrokerRegistration]) -> dict[int, BrokerRegistration] | None:
+        """The registrations ``held`` (by broker id) with this delta's applied; None when a state
+        change names a registration not held at that broker epoch (the caller reads everything)."""
+        brokers = {b.broker_id: b for b in held}
+        brokers.update(self.brokers)
+        for broker_id, (epoch, state) in self.broker_states.items():
+            registered = brokers.get(broker_id)
+            if registered is None or registered.broker_epoch != epoch:
+                return None
+            brokers[broker_id] = replace(registered, state=state)
+        return brokers
 
 
 @dataclass(frozen=True)
@@ -186,7 +216,13 @@ class ClusterSnapshot:
             partitions[name] = tuple(by_index[i] for i in sorted(by_index) if i < count)
         for name in topics:
             partitions.setdefault(name, ())
-        return replace(self, version=version, topics=topics, partitions=partitions)
+        brokers = self.brokers
+        if delta.brokers or delta.broker_states:
+            applied = delta.apply_to_brokers(self.brokers)
+            if applied is None:
+                return None
+            brokers = tuple(applied[b] for b in sorted(applied))
+        return replace(self, version=version, brokers=brokers, topics=topics, partitions=partitions)
 
 
 @dataclass(frozen=True)

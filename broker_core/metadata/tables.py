@@ -32,7 +32,13 @@ from broker_core.metadata.models import (
     BoundModels,
     bind_models,
 )
-from broker_core.metadata.state import MetadataDelta, PartitionState, TopicDescription
+from broker_core.metadata.state import (
+    BrokerRegistration,
+    BrokerState,
+    MetadataDelta,
+    PartitionState,
+    TopicDescription,
+)
 from broker_core.retry import LostRace, retry_lost_races
 
 # Partition items per Scan/Query page (about 60 KB): many short requests rather than one that runs into
@@ -79,6 +85,29 @@ def decode_topic_changes(text: str) -> MetadataDelta:
                 topic=name, topic_id=topic_id, partition=index, replicas=tuple(replicas), leader=replicas[0],
                 leader_epoch=0, partition_epoch=0, isr=tuple(replicas))
     return MetadataDelta(topics=topics, deleted_topic_ids=frozenset(decoded["deleted"]), partitions=partitions)
+
+
+def encode_broker_changes(registered: Sequence[BrokerRegistration] = (),
+                          states: Sequence[tuple[int, int, BrokerState]] = (), controller: int | None = None) -> str:
+    """The ``brokers`` of a change item: registrations written (every field), state changes (broker id,
+    broker epoch, state) and the broker that took the controller lease (or null)."""
+    return json.dumps({"registered": [[b.broker_id, b.broker_epoch, b.host, b.port, b.rack, b.state.value, b.heartbeat,
+                                       b.registered_at_ms, [list(e) for e in b.endpoints], b.principal]
+                                      for b in registered],
+                       "states": [[broker_id, epoch, state.value] for broker_id, epoch, state in states],
+                       "controller": controller}, separators=(",", ":"))
+
+
+def decode_broker_changes(text: str) -> MetadataDelta:
+    decoded = json.loads(text)
+    brokers = {broker_id: BrokerRegistration(
+        broker_id=broker_id, broker_epoch=epoch, host=host, port=port, rack=rack, state=BrokerState(state),
+        heartbeat=heartbeat, registered_at_ms=registered_at_ms, endpoints=tuple(tuple(e) for e in endpoints),
+        principal=principal)
+        for broker_id, epoch, host, port, rack, state, heartbeat, registered_at_ms, endpoints, principal
+        in decoded["registered"]}
+    states = {broker_id: (epoch, BrokerState(state)) for broker_id, epoch, state in decoded["states"]}
+    return MetadataDelta(brokers=brokers, broker_states=states, controller_id=decoded["controller"])
 
 
 def decode_partition_states(text: str) -> list[PartitionState]:
@@ -141,11 +170,13 @@ class MetadataTables:
                                     states=encode_partition_states(states) if states is not None else None)
 
     def transact_change(self, what: str, build: Callable[[TransactWrite], None], *, keys: Sequence[str] = (),
-                        states: str | None = None, topics: str | None = None) -> list[str | None] | None:
+                        states: str | None = None, topics: str | None = None,
+                        brokers: str | None = None) -> list[str | None] | None:
         """Run ``build``'s transaction as the next version of the change sequence (see
         ``broker_core.metadata.models``): it reads the version v, then commits ``build``'s items with
         the version set to v + 1 (conditional on v) and the change item ``change#<v+1>`` holding
-        ``keys``, ``states`` (`encode_partition_states`) and ``topics`` (`encode_topic_changes`), so
+        ``keys``, ``states`` (`encode_partition_states`), ``topics`` (`encode_topic_changes`) and
+        ``brokers`` (`encode_broker_changes`), so
         brokers apply the change from that item. A change too large for one item
         (`MAX_CHANGE_ITEM_BYTES`) bumps the version without one, and readers read everything.
 
@@ -153,7 +184,8 @@ class MetadataTables:
         `transact`). A concurrent change that moved the version first is a lost race: it is retried
         with a fresh read of the version (bounded, ``broker_core.retry``).
         """
-        if len(states or "") + len(topics or "") + sum(len(k) + 3 for k in keys) > MAX_CHANGE_ITEM_BYTES:
+        size = len(states or "") + len(topics or "") + len(brokers or "") + sum(len(k) + 3 for k in keys)
+        if size > MAX_CHANGE_ITEM_BYTES:
             def unnumbered(transaction: TransactWrite) -> None:
                 build(transaction)
                 self.add_version_bump(transaction)
@@ -180,6 +212,8 @@ class MetadataTables:
                     actions.append(change_model.states.set(states))
                 if topics is not None:
                     actions.append(change_model.topics.set(topics))
+                if brokers is not None:
+                    actions.append(change_model.brokers.set(brokers))
                 transaction.update(change_model(f"{CHANGE_ITEM_PREFIX}{current + 1}"), actions=actions)
 
             codes = self.transact(what, full)
@@ -194,7 +228,7 @@ class MetadataTables:
     @metadata_failures
     def metadata_delta(self, since: int, until: int) -> MetadataDelta | None:
         """What versions since+1 .. until changed, from the change items alone; None when the caller
-        must read everything: a version with no change item (a broker or cluster config change, a
+        must read everything: a version with no change item (a cluster or broker config change, a
         change too large for an item, an expired item), a change item without the states it names
         (written before change items carried them), or more than `MAX_DELTA_VERSIONS` versions."""
         if until <= since:
@@ -212,6 +246,8 @@ class MetadataTables:
                 return None
             if item.topics is not None:
                 delta = delta.then(decode_topic_changes(item.topics))
+            if item.brokers is not None:
+                delta = delta.then(decode_broker_changes(item.brokers))
             if item.states is not None:
                 delta = delta.then(MetadataDelta(partitions={
                     (s.topic_id, s.partition): s for s in decode_partition_states(item.states)}))

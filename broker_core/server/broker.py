@@ -420,8 +420,9 @@ class Broker:
 
     async def _apply_delta(self, version: int) -> bool:
         """Bring the image to ``version`` from the change sequence (``MetadataStore.metadata_delta``):
-        partition changes, topics created, grown, reconfigured or deleted; False if the versions
-        between hold any other kind of change (then the caller reads a whole snapshot)."""
+        partition changes, topics created, grown, reconfigured or deleted, brokers registered, fenced
+        or shutting down, a new controller; False if the versions between hold any other kind of
+        change (then the caller reads a whole snapshot)."""
         delta = await asyncio.to_thread(self.store.metadata_delta, self.image.version, version)
         if delta is None:
             return False
@@ -432,14 +433,21 @@ class Broker:
         changed = self.image.keys_changed_by(delta)
         opened = await asyncio.to_thread(self.replicas.open_missing, image, changed)
         self.image = image
+        if delta.brokers:
+            # floe.super.users.include.brokers: a broker registered since the last image is trusted now.
+            self.authorizer.replace_broker_principals(b.principal for b in image.brokers.values())
         self.replicas.apply(image, changed=changed, opened=opened)
         if delta.deleted_topic_ids:
             self.metrics.forget_topics_except(image.topics)
         await self.parts.fetchers.update()
-        if delta.topics or delta.deleted_topic_ids:  # rare; partition changes are counted in metrics instead
+        # Rare changes are logged; partition changes are counted in metrics instead.
+        if delta.topics or delta.deleted_topic_ids or delta.brokers or delta.broker_states or delta.controller_id:
             log.info("metadata version %d applied from the change sequence: topics %s created or changed, %d "
-                     "deleted, %d partitions, %d replicas opened, in %.2f s", version, sorted(delta.topics),
-                     len(delta.deleted_topic_ids), len(delta.partitions), len(opened), time.monotonic() - started)
+                     "deleted, %d partitions, %d replicas opened, brokers %s registered, states %s, controller %s, "
+                     "in %.2f s", version, sorted(delta.topics), len(delta.deleted_topic_ids), len(delta.partitions),
+                     len(opened), sorted(delta.brokers),
+                     {b: state.value for b, (_, state) in sorted(delta.broker_states.items())},
+                     delta.controller_id, time.monotonic() - started)
         return True
 
     def controller_check_interval_s(self) -> float:
@@ -471,14 +479,15 @@ class Broker:
             return
         if self.controller is None or self.controller.controller_epoch != epoch:
             log.info("broker %d is the controller at epoch %d", self.config.broker_id, epoch)
+            # Clients address admin requests to the controller named in Metadata: every broker learns
+            # the new holder from the change sequence. The term begins once that is written (a failed
+            # write is tried again on the next pass).
+            await asyncio.to_thread(self.store.announce_controller, self.config.broker_id, epoch)
             self.metrics.controller_terms.inc()
             # As Kafka's controller: the first imbalance check comes one interval into the term.
             self._leader_rebalance_due = loop.time() + self.config.get_int("leader.imbalance.check.interval.seconds")
-            self.heartbeat_observer.begin_term(epoch)
+            self.heartbeat_observer.begin_term(epoch, self.image.to_snapshot() if self.image.version >= 0 else None)
             self.controller = self.heartbeat_observer
-            # Clients address admin requests to the controller named in Metadata: make every
-            # broker re-read the snapshot (and the lease) now that the holder changed.
-            await asyncio.to_thread(self.store.bump_metadata_version)
         started = time.perf_counter()
         result = await asyncio.to_thread(self.controller.run_once)
         self._count_elections(result.changed_partitions, result.shutdown_moves, started)

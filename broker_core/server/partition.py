@@ -102,6 +102,23 @@ class Partition:
         """Open (or create) the replica's log, discarding a directory left by a deleted topic of the same name."""
         directory = data_dir / f"{topic}-{index}"
         marker = directory / PARTITION_METADATA_FILE
+        try:
+            directory.mkdir()
+            fresh = True
+        except FileExistsError:
+            fresh = False  # a replica hosted here before (or a creation cut short): open and recover it
+        except FileNotFoundError:
+            directory.mkdir(parents=True)
+            fresh = True
+        if fresh:
+            # A new replica (a topic or partition just created, or a reassignment to this broker): an
+            # empty log, its files written once and nothing read back. A crash part way leaves a
+            # directory that the branch above opens and completes (a missing segment is created, a
+            # missing marker written).
+            marker.write_text(f"version: 0\ntopic_id: {topic_id}\n")
+            log = PartitionLog.create(directory, config, topic=topic, partition=index)
+            return cls(topic=topic, index=index, topic_id=topic_id, log=log, broker_id=broker_id,
+                       producers=ProducerState(directory), _checkpointed_high_watermark=0)
         if marker.exists() and _read_topic_id(marker) != topic_id:
             shutil.rmtree(directory)
         directory.mkdir(parents=True, exist_ok=True)

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from broker_core.log.config import LogConfig
 from broker_core.log.log_directories import LogDeletions, stray_partition_directories
 from broker_core.metadata.image import MetadataImage
 from broker_core.metadata.state import PartitionState, TopicDescription
@@ -29,6 +31,10 @@ from .config import BrokerConfig
 from .partition import Partition
 
 log = logging.getLogger(__name__)
+
+# Replicas to open before `open_missing` uses threads, and how many.
+PARALLEL_OPEN_MIN = 32
+OPEN_THREADS = 4
 
 
 class ReplicaManager:
@@ -61,29 +67,46 @@ class ReplicaManager:
         """Open the logs of the replicas `apply` (with the same arguments) would open: those ``image``
         assigns here that are not hosted, or hosted under another topic id. Touches only files and
         the new objects, so it may run in a worker thread while the event loop serves requests; the
-        caller hands the result to `apply` (or closes it if it does not)."""
+        caller hands the result to `apply` (or closes it if it does not). Many replicas (a topic
+        created, a broker restarted) are opened by a few threads at once: most of the time of each
+        is file-system calls, which release the GIL."""
         me = self.config.broker_id
+        wanted: list[tuple[tuple[str, int], PartitionState, TopicDescription]] = []
+        for key, state in self._states(image, changed):
+            topic = image.topics.get(state.topic)
+            if me not in state.replicas or topic is None:
+                continue
+            hosted = self.partitions.get(key)
+            if hosted is not None:
+                continue  # the same replica, or one of the old topic whose directory `apply` closes first
+            wanted.append((key, state, topic))
+        log_configs = {topic.name: self.config.log_config(topic.configs) for _, _, topic in wanted}
         opened: dict[tuple[str, int], Partition] = {}
         try:
-            for key, state in self._states(image, changed):
-                topic = image.topics.get(state.topic)
-                if me not in state.replicas or topic is None:
-                    continue
-                hosted = self.partitions.get(key)
-                if hosted is not None and hosted.topic_id == topic.topic_id:
-                    continue
-                if hosted is not None:
-                    continue  # its directory belongs to the old topic until `apply` closes it
-                opened[key] = self._open(state, topic)
+            if len(wanted) < PARALLEL_OPEN_MIN:
+                for key, state, topic in wanted:
+                    opened[key] = self._open(state, topic, log_configs[topic.name])
+            else:
+                with ThreadPoolExecutor(max_workers=OPEN_THREADS, thread_name_prefix="replica-open") as pool:
+                    futures = [(key, pool.submit(self._open, state, topic, log_configs[topic.name]))
+                               for key, state, topic in wanted]
+                    failure: BaseException | None = None
+                    for key, future in futures:
+                        try:
+                            opened[key] = future.result()
+                        except BaseException as exc:  # the others are still collected, to be closed
+                            failure = failure or exc
+                    if failure is not None:
+                        raise failure
         except BaseException:
             for partition in opened.values():
                 partition.close()
             raise
         return opened
 
-    def _open(self, state: PartitionState, topic: TopicDescription) -> Partition:
-        partition = Partition.open(self.data_dir, state.topic, state.partition, topic.topic_id,
-                                   self.config.log_config(topic.configs), self.config.broker_id)
+    def _open(self, state: PartitionState, topic: TopicDescription, log_config: LogConfig) -> Partition:
+        partition = Partition.open(self.data_dir, state.topic, state.partition, topic.topic_id, log_config,
+                                   self.config.broker_id)
         if state.leader_epoch == 0:
             # A partition still at its first leader epoch (a new topic or partition) holds batches of
             # epoch 0 only: recording it now, in the thread that opens the log, spares the event loop
@@ -138,7 +161,7 @@ class ReplicaManager:
                 else:
                     if prepared is not None:
                         prepared.close()
-                    partition = self._open(state, topic)
+                    partition = self._open(state, topic, self.config.log_config(topic.configs))
                 self.partitions[key] = partition
             elif partition.applied_configs != topic.configs:
                 partition.log.reconfigure(self.config.log_config(topic.configs))

@@ -73,3 +73,8 @@ def test_a_delta_that_does_not_fit_the_image_asks_for_a_full_read():
     stray = partitions(topic("x", "id-x", 1))
     assert snapshot(1, held).with_delta(2, MetadataDelta(partitions=stray)) is None
     assert MetadataImage.from_snapshot(snapshot(1, held)).with_delta(2, MetadataDelta(partitions=stray)) is None
+
+
+def test_an_image_read_back_as_a_snapshot_is_the_snapshot_it_was_built_from():
+    described = snapshot(4, topic("a", "id-a", 2), topic("b", "id-b", 3))
+    assert MetadataImage.from_snapshot(described, controller_id=2).to_snapshot() == described

@@ -1,4 +1,5 @@
 import threading
+from dataclasses import replace
 
 import boto3
 import pytest
@@ -17,6 +18,7 @@ from broker_core.metadata.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from broker_core.metadata.image import MetadataImage
 from broker_core.metadata.state import BrokerState
 from broker_core.metadata.store import MetadataStore
 
@@ -397,8 +399,41 @@ def test_the_change_sequence_carries_changed_partitions_and_gives_up_on_other_ch
     assert (delta.topics, delta.deleted_topic_ids) == ({}, frozenset())
     assert store.metadata_delta(later, later).partitions == {}
     store.set_broker_state(2, epochs[2], BrokerState.SHUTTING_DOWN)
-    # A broker change has no change item: read everything.
+    assert store.metadata_delta(later, store.metadata_version()).broker_states == {
+        2: (epochs[2], BrokerState.SHUTTING_DOWN)}
+    store.bump_metadata_version()
+    # A version with no change item (a cluster-wide change such as quotas or ACLs): read everything.
     assert store.metadata_delta(start, store.metadata_version()) is None
+
+
+def test_registrations_fences_and_a_new_controller_are_carried_by_the_change_sequence(store):
+    lease = ControllerLease(store, 10_000)
+    start = store.metadata_version()
+    epochs = {b: store.register_broker(b, "127.0.0.1", 19092 + b, endpoints={"PLAINTEXT": ("127.0.0.1", 19092 + b)})
+              for b in (1, 2)}
+    before = store.snapshot()
+    controller_epoch = lease.try_acquire(1)
+    store.announce_controller(1, controller_epoch)
+    observed = store.get_broker(2)
+    assert store.fence_broker(2, epochs[2], observed.heartbeat, controller_epoch)
+    epochs[2] = store.register_broker(2, "127.0.0.1", 29092, endpoints={"PLAINTEXT": ("127.0.0.1", 29092)})
+    store.fence_broker(1, epochs[1], store.get_broker(1).heartbeat, controller_epoch)
+    now = store.metadata_version()
+    delta = store.metadata_delta(start, now)
+    assert delta.controller_id == 1
+    # Applied to an image that knew none of it, or to the snapshot taken after the registrations, the
+    # change items give the brokers a full read gives (heartbeat counters aside: they are not versioned).
+    unversioned = {"heartbeat": 0}
+    expected = [replace(b, **unversioned) for b in store.snapshot().brokers]
+    assert [b.state for b in expected] == [BrokerState.FENCED, BrokerState.RUNNING]
+    assert expected[1].port == 29092 and expected[1].broker_epoch == epochs[2]
+    image = MetadataImage(version=start).with_delta(now, delta)
+    assert [replace(b, **unversioned) for b in image.brokers.values()] == expected
+    assert image.controller_id == 1
+    later = before.with_delta(now, store.metadata_delta(before.version, now))
+    assert [replace(b, **unversioned) for b in later.brokers] == expected
+    # A state change of a registration the reader does not hold at that epoch: read everything.
+    assert MetadataImage(version=start).with_delta(now, store.metadata_delta(now - 1, now)) is None
 
 
 def test_topic_creation_growth_config_change_and_deletion_are_carried_by_the_change_sequence(store, register_brokers):

@@ -94,3 +94,23 @@ def test_waiters_that_gave_up_do_not_hold_back_later_ones(tmp_path: Path) -> Non
         partition.close()
 
     asyncio.run(scenario())
+
+
+def test_a_new_replica_is_created_in_one_pass_and_a_creation_cut_short_is_completed_on_open(tmp_path: Path) -> None:
+    fresh = open_leader(tmp_path)
+    fresh.log.begin_first_epoch(0)
+    assert sorted(p.name for p in (tmp_path / "t-0").iterdir()) == [
+        "00000000000000000000.log", "leader-epoch-checkpoint", "partition.metadata"]
+    fresh.append_as_leader(make_batch(n_records=5))
+    fresh.close()
+    reopened = open_leader(tmp_path)
+    assert (reopened.log.log_end_offset, reopened.high_watermark) == (5, 5)
+    reopened.close()
+
+    # A broker killed between the new directory and its files: the next open finds the directory,
+    # writes what is missing and recovers an empty log.
+    (tmp_path / "t-1").mkdir()
+    cut_short = Partition.open(tmp_path, "t", 1, TOPIC_ID, LogConfig(), broker_id=1)
+    assert (cut_short.log.log_end_offset, cut_short.high_watermark) == (0, 0)
+    assert (tmp_path / "t-1" / "partition.metadata").read_text() == f"version: 0\ntopic_id: {TOPIC_ID}\n"
+    cut_short.close()
