@@ -57,12 +57,17 @@ class VerificationGuard:
         self.valid = True
 
 
-class MarkedSession(Protocol):
+class ChangeWatcher(Protocol):
+    """Told (``mark``, with the key it watches the replica by) whenever the replica changes: an incremental
+    fetch session reading it, or the replica fetcher following it."""
+
+    def mark(self, key: Hashable) -> None: ...
+
+
+class MarkedSession(ChangeWatcher, Protocol):
     """An incremental fetch session reading this replica (`broker_core.server.fetch_sessions.FetchSession`)."""
 
     last_read_ms: float
-
-    def mark(self, key: Hashable) -> None: ...
 
 
 @dataclass
@@ -127,8 +132,8 @@ class Partition:
     # When the ISR check (broker_core.replication.isr) must look at this replica next; 0: at its next pass.
     isr_check_due_ms: float = 0.0
     _waiters: list[asyncio.Future] = field(default_factory=list)
-    # Incremental fetch sessions reading this replica, with the key each knows it by.
-    _sessions: dict[MarkedSession, Hashable] = field(default_factory=dict)
+    # Fetch sessions reading this replica and the fetcher following it, with the key each knows it by.
+    _sessions: dict[ChangeWatcher, Hashable] = field(default_factory=dict)
     # (target offset, tie-breaker, future) for acks=all produces, smallest target first.
     _replication_waiters: list[tuple[int, int, asyncio.Future]] = field(default_factory=list)
 
@@ -264,10 +269,10 @@ class Partition:
         if state is not None and state.log_end_offset >= self.log_end_offset:
             state.parked_in = session
 
-    def add_session(self, session: MarkedSession, key: Hashable) -> None:
+    def add_session(self, session: ChangeWatcher, key: Hashable) -> None:
         self._sessions[session] = key
 
-    def remove_session(self, session: MarkedSession) -> None:
+    def remove_session(self, session: ChangeWatcher) -> None:
         """``session`` no longer reads this replica (forgotten, or the session closed): a follower parked
         in it stops counting as fetching."""
         self._sessions.pop(session, None)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from broker_core.log.config import LogConfig
 from broker_core.protocol.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID
+from broker_core.replication.fetcher import ReplicaFetcher
 from broker_core.replication.isr import proposed_isr
 from broker_core.server.fetch_sessions import CachedPartition, FetchSession, FetchSessionCache, new_context
 from broker_core.server.partition import Partition
@@ -202,3 +204,29 @@ def test_a_forgotten_partition_stops_counting_its_follower_as_fetching(tmp_path:
     session.begin_read(STAMP, parked_at + 10 * LAG_MAX_MS)
     assert partition.followers[2].caught_up_ms() == parked_at
     partition.close()
+
+
+def test_a_replica_fetcher_rebuilds_a_fetch_position_only_after_its_replica_changed(tmp_path: Path) -> None:
+    context = SimpleNamespace(config=SimpleNamespace(get_int=lambda name: 500))
+
+    async def scenario() -> None:
+        partition = Partition.open(tmp_path, "t", 0, TOPIC_ID, LogConfig(), broker_id=1)
+        partition.become_follower(leader_id=2, leader_epoch=0, partition_epoch=0, replicas=(1, 2), isr=(1, 2))
+        fetcher = ReplicaFetcher(context, leader_id=2)
+        fetcher.follow(partition)
+        followed = fetcher.partitions[("t", 0)]
+        first = followed.fetch_position(1 << 20)
+        assert (first.fetch_offset, first.log_start_offset) == (0, 0)
+        assert followed.fetch_position(1 << 20) is first  # nothing changed: the same position
+        partition.append_as_follower(make_batch(n_records=10))
+        assert followed.fetch_position(1 << 20).fetch_offset == 10
+        partition.log.roll()
+        partition.log.delete_records_before(10)  # the leader's log start, followed
+        assert followed.fetch_position(1 << 20).log_start_offset == 10
+        partition.truncate_fully_and_start_at(25)
+        assert followed.fetch_position(1 << 20).fetch_offset == 25
+        await fetcher.stop()
+        assert fetcher.partitions == {} and partition._sessions == {}  # a stopped fetcher is marked no more
+        partition.close()
+
+    asyncio.run(scenario())
