@@ -13,7 +13,7 @@ leader of 333 partitions then costs 333 reads twice a second for nothing. A sess
 which of its partitions can have news: a partition whose last answer was quiet (no error, no
 records, nothing readable beyond its fetch offset) is *settled* and is not read again until it is
 *marked*: its replica marks every session that watches it on each append, high-watermark, log start
-or LSO move and role change (`SessionWatchers`). An incremental fetch reads the marked partitions,
+or LSO move, truncation and role change (`Partition.add_session`). An incremental fetch reads the marked partitions,
 those not settled, and those its request names; every partition when the metadata image, the ACLs
 or the shape of the request (principal, version, isolation, replica id, rack) changed since its
 last read, and at its first read. Its long poll waits on one wake-up of the session instead of one
@@ -29,7 +29,8 @@ sessions are privileged and a session younger than 120 s may be evicted only by 
 and then only if it is not privileged itself. A full fetch that finds no slot is answered as a
 sessionless one (session id 0), and its fetcher tries again with its next full fetch.
 
-Thread-safety: the cache belongs to the broker's event loop; only request handlers on it call it.
+Thread-safety: the cache belongs to the broker's event loop; only request handlers on it call it, and the
+replicas on it mark its sessions.
 """
 
 from __future__ import annotations
