@@ -7,7 +7,8 @@ one topic of N partitions with replication factor 3 and min.insync.replicas=2, a
   acknowledges an acks=all write (so every replica is open, every leader knows it leads and
   every follower fetches: the topic is usable, not merely written down in DynamoDB);
 - idle CPU: each broker's CPU time (utime + stime from /proc) over ``--idle-s`` seconds with no
-  client traffic, as a percentage of one core;
+  client traffic, as a percentage of one core, ``--settle-s`` after the creation probes; and the
+  same brokers' before the topic existed (the fixed cost of DynamoDB polling, and of the load);
 - RSS: each broker's resident set before the topic exists and after, and the difference per
   partition replica it hosts;
 - failover: SIGKILL of one broker, chosen by ``--kill``: ``controller`` kills the holder of the
@@ -27,7 +28,7 @@ before its session runs out. The peer for creation and idle cost is Floe at a sm
 count in the same run, which shows how each figure grows.
 
     .venv/bin/python bench/scale_bench.py [--partitions 3,100,1000] [--runs 3] [--idle-s 20]
-        [--kill controller,other] [--profile defaults|test] [--keep-logs DIR]
+        [--kill controller,other] [--settle-s 3] [--profile defaults|test] [--keep-logs DIR]
         [--output bench/results/scale_bench.json]
 """
 
@@ -151,7 +152,8 @@ def create_topic(stack: LocalStack, store: MetadataStore, partitions: int) -> No
     asyncio.run(create())
 
 
-def run_case(partitions: int, profile: str, idle_s: float, directory: Path, kill: str | None) -> dict[str, Any]:
+def run_case(partitions: int, profile: str, idle_s: float, directory: Path, kill: str | None,
+             settle_s: float = 3.0) -> dict[str, Any]:
     overrides = dict(PROFILES[profile])
     if partitions * 3 // BROKERS > 4000:
         # floe.max.replicas.per.broker (default 4,000) would refuse the topic with POLICY_VIOLATION.
@@ -173,7 +175,7 @@ def run_case(partitions: int, profile: str, idle_s: float, directory: Path, kill
         if prober.pending:
             raise RuntimeError(f"{len(prober.pending)} partitions never accepted a write after creation; "
                                f"answers {dict(prober.answers)}")
-        time.sleep(3)  # let followers catch up the probe writes
+        time.sleep(settle_s)  # let followers catch up the probe writes (and the checkpoints they cause)
         idle_after = idle_cpu_percent(stack, idle_s)
         rss_after = {b: rss_kib(p.pid) for b, p in stack.processes.items()}
         replicas_per_broker = partitions * 3 / BROKERS
@@ -245,6 +247,9 @@ def summarize(runs: list[dict[str, Any]], kill: str | None) -> dict[str, Any]:
         "kill": kill,
         "create_until_writable_s": median("create_until_writable_s"),
         "idle_cpu_percent_max_broker": round(statistics.median(max(r["idle_cpu_percent"].values()) for r in runs), 2),
+        # The same brokers before the topic existed: the fixed cost (DynamoDB polls), and the load's share.
+        "idle_cpu_percent_no_topic_max_broker": round(statistics.median(
+            max(r["idle_cpu_percent_no_topic"].values()) for r in runs), 2),
         "rss_kib_per_replica": round(statistics.median(
             statistics.median(r["rss_kib_per_replica"].values()) for r in runs), 1),
     }
@@ -266,6 +271,9 @@ def main() -> None:
     parser.add_argument("--kill", default="controller,other",
                         help="which broker each failover case kills: controller (the lease holder), other (the "
                              "broker leading the most partitions among the rest); each a case of its own")
+    parser.add_argument("--settle-s", type=float, default=3.0,
+                        help="wait after the creation probes before the idle window (a high-watermark checkpoint "
+                             "of every replica falls within replica.high.watermark.checkpoint.interval.ms)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="defaults")
     parser.add_argument("--keep-logs", type=Path, default=None,
                         help="copy each case's broker and moto logs under this directory")
@@ -276,6 +284,7 @@ def main() -> None:
     session_timeout_ms = int(PROFILES[args.profile].get("broker.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
     results: dict[str, Any] = {"machine": machine_info(), "profile": args.profile,
                                "overrides": PROFILES[args.profile], "session_timeout_ms": session_timeout_ms,
+                               "idle_s": args.idle_s, "settle_s": args.settle_s,
                                "load_average_at_start": load_average(), "runs": {}, "summary": [], "failures": []}
     kills: list[str | None] = [k for k in args.kill.split(",") if k]
     if any(k not in ("controller", "other") for k in kills):
@@ -287,7 +296,7 @@ def main() -> None:
             for run in range(args.runs):
                 directory = Path(tempfile.mkdtemp(prefix="floe-scale-"))
                 try:
-                    outcome = run_case(count, args.profile, args.idle_s, directory, kill)
+                    outcome = run_case(count, args.profile, args.idle_s, directory, kill, args.settle_s)
                 except Exception as exc:  # recorded, with the brokers' logs kept, and the other cases still run
                     print(json.dumps({"partitions": count, "kill": kill, "failed": repr(exc),
                                       "logs": str(directory / "logs"), "load_average": load_average()}), flush=True)
@@ -312,7 +321,7 @@ def main() -> None:
 
 def print_table(summary: list[dict[str, Any]], session_timeout_ms: int) -> None:
     print(f"\nbroker.session.timeout.ms = {session_timeout_ms}; medians over runs")
-    header = ("partitions", "kill", "create s", "idle CPU % (max broker)", "RSS KiB/replica",
+    header = ("partitions", "kill", "create s", "idle CPU % (max broker)", "same, no topic", "RSS KiB/replica",
               "failover p50/p99/max x session")
     print(" | ".join(header))
     for row in summary:
@@ -321,7 +330,9 @@ def print_table(summary: list[dict[str, Any]], session_timeout_ms: int) -> None:
             failover = (f"{row['failover_p50_x_session']}/{row['failover_p99_x_session']}/"
                         f"{row['failover_max_x_session']}")
         print(" | ".join(str(x) for x in (row["partitions"], row["kill"] or "-", row["create_until_writable_s"],
-                                           row["idle_cpu_percent_max_broker"], row["rss_kib_per_replica"], failover)))
+                                           row["idle_cpu_percent_max_broker"],
+                                           row["idle_cpu_percent_no_topic_max_broker"], row["rss_kib_per_replica"],
+                                           failover)))
 
 
 if __name__ == "__main__":

@@ -143,6 +143,9 @@ class PartitionLog:
         self._last_flush_ms = wall_clock_ms()
         self._closed = False
         self._unfinished_swap: SegmentSwap | None = None
+        # Called (on the owner's thread) after every move of the log start, by whoever owns the log:
+        # a hosted replica marks the fetch sessions reading it.
+        self.on_log_start_moved: Callable[[], None] | None = None
         self.reconfigure(config)
 
     def reconfigure(self, config: LogConfig) -> None:
@@ -867,6 +870,8 @@ class PartitionLog:
 
     def _write_log_start_offset(self) -> None:
         write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self._log_start_offset)
+        if self.on_log_start_moved is not None:
+            self.on_log_start_moved()
 
     def __repr__(self) -> str:
         return (

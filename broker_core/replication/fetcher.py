@@ -74,6 +74,16 @@ class FollowedPartition:
     leader_epoch: int
     needs_truncation: bool = True
     stalled_until: float = 0.0
+    # The position the next fetch asks for; None once the replica changed (the fetcher is marked).
+    position: FetchPosition | None = None
+
+    def fetch_position(self, max_bytes: int) -> FetchPosition:
+        position = self.position
+        if position is None or position.partition_max_bytes != max_bytes:
+            partition = self.partition
+            position = self.position = FetchPosition(partition.index, self.leader_epoch, partition.log_end_offset,
+                                                     partition.log_start_offset, max_bytes)
+        return position
 
     def stall(self, seconds: float) -> None:
         """Skip this partition for a while: its leader refused it; new metadata or time may fix that."""
@@ -126,7 +136,11 @@ class ReplicaFetcher:
         key = (partition.topic, partition.index)
         current = self.partitions.get(key)
         if current is None or current.leader_epoch != partition.leader_epoch or current.partition is not partition:
+            if current is not None and current.partition is not partition:
+                current.partition.remove_session(self)
             self.partitions[key] = FollowedPartition(partition, partition.leader_epoch)
+            # Marked on every append, truncation and log start move: the position is rebuilt only then.
+            partition.add_session(self, key)
             self._membership_changed.set()
         else:
             current.stalled_until = 0.0
@@ -135,12 +149,21 @@ class ReplicaFetcher:
             self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader_id}-{self.fetcher_id}")
 
     def unfollow(self, key: tuple[str, int]) -> None:
-        self.partitions.pop(key, None)
+        followed = self.partitions.pop(key, None)
+        if followed is not None:
+            followed.partition.remove_session(self)
+
+    def mark(self, key: tuple[str, int]) -> None:
+        """The replica followed as ``key`` changed (`Partition.add_session`): its position is read again."""
+        followed = self.partitions.get(key)
+        if followed is not None:
+            followed.position = None
 
     async def stop(self) -> None:
         # Following nothing ends the loop even if the cancellation is lost: Python 3.11's
         # asyncio.wait_for swallows a cancel that arrives just as the awaited response does.
-        self.partitions.clear()
+        for key in list(self.partitions):
+            self.unfollow(key)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -284,7 +307,8 @@ class ReplicaFetcher:
         if due:
             wait_ms = min(wait_ms, int(min(due) * 1000))
         max_bytes = config.get_int("replica.fetch.max.bytes")
-        throttled = {(f.partition.topic, f.partition.index) for f in followed if self._throttles(f.partition)}
+        throttled = ({(f.partition.topic, f.partition.index) for f in followed if self._throttles(f.partition)}
+                     if self.throttle is not None and self.throttle.limited() else set())
         if throttled and self.throttle is not None and self.throttle.exceeded(time.monotonic()):
             # As Kafka's follower: replicas held to follower.replication.throttled.rate sit this fetch out
             # (the fetch session forgets them until they come back).
@@ -292,9 +316,7 @@ class ReplicaFetcher:
             if not followed:
                 await asyncio.sleep(THROTTLE_BACKOFF_S)
                 return
-        wanted = {(f.partition.topic, f.partition.index): FetchPosition(
-            f.partition.index, f.leader_epoch, f.partition.log_end_offset, f.partition.log_start_offset, max_bytes)
-            for f in followed}
+        wanted = {(f.partition.topic, f.partition.index): f.fetch_position(max_bytes) for f in followed}
         if connection.version_for(ApiKey.FETCH) < FETCH_VERSION:
             raise ClientError(f"leader {self.leader_id} does not serve Fetch v{FETCH_VERSION}")
         session = self.session.build(wanted)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -47,7 +48,7 @@ def proposed_isr(partition: Partition, live_brokers: set[int], lag_max_ms: float
         state = partition.followers.get(replica)
         if replica in partition.isr:
             # Liveness is the controller's to act on (see the module doc); lag is the leader's.
-            lagging = state is None or now_ms - state.last_caught_up_ms > lag_max_ms
+            lagging = state is None or now_ms - state.caught_up_ms() > lag_max_ms
             if not lagging:
                 isr.append(replica)
         elif (state is not None and replica in live_brokers
@@ -56,11 +57,30 @@ def proposed_isr(partition: Partition, live_brokers: set[int], lag_max_ms: float
     return tuple(isr)
 
 
+def next_isr_check_ms(partition: Partition, lag_max_ms: float) -> float:
+    """When the ISR of a leader whose ISR should not change now may next need to: at once while a
+    replica is out of it (it may catch up at any fetch, or its broker come back); else when its
+    least recently caught-up follower would pass ``replica.lag.time.max.ms``, if it fetches no more.
+    A follower's caught-up time only moves forward, so checking then is never late, and a role or
+    ISR change makes the partition due at once (`Partition.update_isr`, `become_leader`)."""
+    due = math.inf
+    for replica in partition.replicas:
+        if replica == partition.broker_id:
+            continue
+        state = partition.followers.get(replica)
+        if replica not in partition.isr or state is None:
+            return 0.0
+        due = min(due, state.caught_up_ms() + lag_max_ms)
+    return due
+
+
 class IsrManager:
     """The leader's side of ISR changes for every partition this broker leads (see the module doc).
 
     Runs on the broker's event loop, one `run_once` at a time; each change is written through the
-    metadata store in a worker thread.
+    metadata store in a worker thread. A pass looks only at partitions whose ISR may change by now
+    (`next_isr_check_ms`): at 1,000 replicas with every follower caught up, each leader's partition
+    about once per ``replica.lag.time.max.ms`` instead of every pass.
     """
 
     def __init__(self, context: BrokerContext) -> None:
@@ -73,10 +93,14 @@ class IsrManager:
         now = time.monotonic() * 1000
         changes: list[tuple[Partition, PartitionState]] = []
         for partition in list(self.context.replicas.partitions.values()):
+            if partition.isr_check_due_ms > now:
+                continue
             if not partition.is_leader:
+                partition.isr_check_due_ms = math.inf  # until it becomes leader again
                 continue
             new_isr = proposed_isr(partition, live, lag_max, now)
             if set(new_isr) == set(partition.isr):
+                partition.isr_check_due_ms = next_isr_check_ms(partition, lag_max)
                 continue
             state = image.partitions.get((partition.topic, partition.index))
             if state is None or state.leader_epoch != partition.leader_epoch:

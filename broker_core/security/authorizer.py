@@ -118,6 +118,8 @@ class Authorizer:
         # super.users and (brokers_are_super_users) the brokers' principals: one set for the check.
         self._unrestricted = self.super_users
         self._index = _AclIndex.build(bindings)
+        # Counts changes of what decisions depend on, so callers may keep a decision until it moves.
+        self.generation = 0
 
     @classmethod
     def disabled(cls) -> Authorizer:
@@ -146,6 +148,7 @@ class Authorizer:
     def replace_acls(self, bindings: Iterable[AclBinding]) -> None:
         """Decide by ``bindings`` from now on (the whole set, replacing the previous one)."""
         self._index = _AclIndex.build(bindings)
+        self.generation += 1
 
     def replace_broker_principals(self, principals: Iterable[str]) -> None:
         """The registered brokers' inter-broker principals (the whole set, replacing the previous one):
@@ -153,6 +156,7 @@ class Authorizer:
         counts: on a PLAINTEXT inter-broker listener it is everyone's principal."""
         if self.brokers_are_super_users:
             self._unrestricted = self.super_users | {p for p in principals if p != ANONYMOUS}
+            self.generation += 1
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
                   resource_name: str) -> bool:

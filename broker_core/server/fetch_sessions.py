@@ -8,6 +8,19 @@ partition named in an answer moves to the end of the session's order, so that un
 ``max_bytes`` every partition gets its turn. Protocol constants and the fetching side are in
 `broker_core.protocol.fetch_session`.
 
+Kafka reads every partition of a session in every incremental fetch; an idle follower session of a
+leader of 333 partitions then costs 333 reads twice a second for nothing. A session here also knows
+which of its partitions can have news: a partition whose last answer was quiet (no error, no
+records, nothing readable beyond its fetch offset) is *settled* and is not read again until it is
+*marked*: its replica marks every session that watches it on each append, high-watermark, log start
+or LSO move, truncation and role change (`Partition.add_session`). An incremental fetch reads the marked partitions,
+those not settled, and those its request names; every partition when the metadata image, the ACLs
+or the shape of the request (principal, version, isolation, replica id, rack) changed since its
+last read, and at its first read. Its long poll waits on one wake-up of the session instead of one
+future per partition. A follower's settled partitions still count as fetched at every read of its
+session (`Partition.park_follower`), so the ISR and the high watermark see what Kafka's would; a
+follower that stops fetching stops its session's reads and falls out of the ISR as before.
+
 `FetchSessionCache` holds at most ``max.incremental.fetch.session.cache.slots`` sessions (Kafka's
 default 1000) and evicts as Kafka's FetchSessionCache does: a session unused for 120 s
 (MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS) goes first; otherwise a new session may take the slot
@@ -16,16 +29,18 @@ sessions are privileged and a session younger than 120 s may be evicted only by 
 and then only if it is not privileged itself. A full fetch that finds no slot is answered as a
 sessionless one (session id 0), and its fetcher tries again with its next full fetch.
 
-Thread-safety: the cache belongs to the broker's event loop; only request handlers on it call it.
+Thread-safety: the cache belongs to the broker's event loop; only request handlers on it call it, and the
+replicas on it mark its sessions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -97,11 +112,25 @@ class CachedPartition:
         return respond
 
 
+class WatchedReplica(Protocol):
+    """What a session needs of a replica it watches (`broker_core.server.partition.Partition`)."""
+
+    def add_session(self, session: FetchSession, key: PartitionKey) -> None: ...
+
+    def remove_session(self, session: FetchSession) -> None: ...
+
+
 class FetchSession:
-    """One fetcher's session: its partitions in the order they are read, and the epoch it expects next."""
+    """One fetcher's session: its partitions in the order they are read, the epoch it expects next,
+    and which partitions its next read must visit (see the module doc).
+
+    ``unsettled``: partitions read each time until an answer that told them leaves them quiet;
+    ``marked``: partitions whose replica changed since the session's last read began;
+    ``read_stamp``: what the last read's answers depended on besides the partitions themselves.
+    """
 
     __slots__ = ("session_id", "privileged", "uses_topic_ids", "partitions", "creation_ms", "last_used_ms",
-                 "epoch")
+                 "epoch", "unsettled", "marked", "read_stamp", "last_read_ms", "_wakeup", "_watching", "_closed")
 
     def __init__(self, session_id: int, *, privileged: bool, uses_topic_ids: bool,
                  partitions: dict[PartitionKey, CachedPartition], now_ms: float) -> None:
@@ -112,17 +141,88 @@ class FetchSession:
         self.creation_ms = now_ms
         self.last_used_ms = now_ms
         self.epoch = next_epoch(INITIAL_EPOCH)
+        self.unsettled: set[PartitionKey] = set()
+        self.marked: set[PartitionKey] = set()
+        self.read_stamp: tuple | None = None  # None: the next read visits every partition
+        self.last_read_ms = now_ms
+        self._wakeup: asyncio.Future | None = None
+        self._watching: dict[PartitionKey, WatchedReplica] = {}
+        self._closed = False
 
     def update(self, asked: Iterable[CachedPartition], forgotten: Iterable[PartitionKey]) -> None:
-        """An incremental request: partitions named join or move, forgotten ones leave."""
+        """An incremental request: partitions named join or move (and are read), forgotten ones leave."""
         for partition in asked:
             cached = self.partitions.get(partition.key)
             if cached is None:
                 self.partitions[partition.key] = partition
             else:
                 cached.take_request(partition)
+            self.unsettled.add(partition.key)
         for key in forgotten:
             self.partitions.pop(key, None)
+            self.unsettled.discard(key)
+            self.marked.discard(key)
+            replica = self._watching.pop(key, None)
+            if replica is not None:
+                replica.remove_session(self)
+
+    def begin_read(self, stamp: tuple, now_ms: float) -> list[CachedPartition]:
+        """The partitions the next read of this session visits, in the session's order (see the module
+        doc); they stay unsettled until `settle` after an answer was sent."""
+        self.last_read_ms = now_ms
+        marked, self.marked = self.marked, set()
+        if stamp != self.read_stamp:
+            self.read_stamp = stamp
+            self.unsettled = set(self.partitions)
+            return list(self.partitions.values())
+        self.unsettled |= marked
+        if not self.unsettled:
+            return []
+        unsettled = self.unsettled
+        return [p for key, p in self.partitions.items() if key in unsettled]
+
+    def watch(self, key: PartitionKey, replica: WatchedReplica) -> None:
+        """Be marked when ``replica`` (read for ``key``) changes."""
+        current = self._watching.get(key)
+        if current is replica or self._closed:
+            return
+        if current is not None:
+            current.remove_session(self)
+        self._watching[key] = replica
+        replica.add_session(self, key)
+
+    def settle(self, key: PartitionKey) -> bool:
+        """``key``'s last answer was sent and left it quiet: not read again until marked. False (and
+        it stays unsettled) when it was marked since that read began."""
+        if key in self.marked or key not in self.partitions:
+            return False
+        self.unsettled.discard(key)
+        return True
+
+    def mark(self, key: PartitionKey) -> None:
+        """The replica read for ``key`` changed: the next read visits it, and a waiting long poll wakes."""
+        self.marked.add(key)
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    def wakeup(self) -> asyncio.Future:
+        """A future done at the next `mark` (at once if one came since the last read began)."""
+        wakeup = self._wakeup
+        if wakeup is None or wakeup.done():
+            wakeup = self._wakeup = asyncio.get_running_loop().create_future()
+        if self.marked:
+            wakeup.set_result(None)
+        return wakeup
+
+    def close(self) -> None:
+        """The session left the cache: its replicas stop marking it."""
+        self._closed = True
+        for replica in self._watching.values():
+            replica.remove_session(self)
+        self._watching.clear()
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
 
     def eviction_key(self) -> tuple[bool, int, int]:
         return (self.privileged, len(self.partitions), self.session_id)
@@ -149,7 +249,10 @@ class FetchSessionCache:
         return self.sessions.get(session_id)
 
     def remove(self, session_id: int) -> FetchSession | None:
-        return self.sessions.pop(session_id, None)
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+        return session
 
     def touch(self, session: FetchSession, now_ms: float) -> None:
         """``session`` was used now: it becomes the most recently used."""
@@ -189,6 +292,7 @@ class FetchSessionCache:
 
     def _evict(self, session: FetchSession) -> None:
         del self.sessions[session.session_id]
+        session.close()
         self.evictions += 1
 
     def _new_id(self) -> int:
@@ -217,6 +321,13 @@ class FetchContext:
 
     def response_session_id(self) -> int:
         return self.session.session_id if self.session is not None else INVALID_SESSION_ID
+
+    def begin_read(self, stamp: tuple, now_ms: float) -> list[CachedPartition]:
+        """The partitions to read now: an incremental fetch's session chooses (`FetchSession.begin_read`,
+        ``stamp`` naming what answers depend on besides the partitions); a full fetch reads them all."""
+        if self.session is not None:
+            return self.session.begin_read(stamp, now_ms)
+        return self.partitions
 
     def select(self, cache: FetchSessionCache, answers: list[tuple[CachedPartition, dict[str, Any]]],
                now_ms: float) -> tuple[int, list[tuple[CachedPartition, dict[str, Any]]]]:

@@ -81,7 +81,7 @@ from .authorization import (
     replica_request_allowed,
 )
 from .config import TopicConfigError, validate_topic_configs
-from .fetch_sessions import CachedPartition, FetchSessionCache, new_context
+from .fetch_sessions import CachedPartition, FetchSession, FetchSessionCache, new_context
 from .partition import ControlBatchFromClientError, InvalidTxnStateError, VerificationGuard
 from .remote_reads import RemoteReads, RemoteStorageError
 from .replica_selector import ReplicaView, preferred_read_replica
@@ -495,13 +495,25 @@ class RequestHandlers:
                                          "responses": []})
             if room is not None:
                 max_bytes = min(max_bytes, room.max_bytes)
+        session = context.session
         while True:
-            answers, total, partitions, respond_now = await self._read_fetch(request, replica_id, context.partitions,
-                                                                             max_bytes)
+            # What the answers depend on besides the partitions themselves: when it moves, an
+            # incremental fetch reads every partition of its session again (fetch_sessions module doc).
+            stamp = (self.context.image.version, self.context.authorizer.generation, request.principal,
+                     request.client_host, request.listener_name, request.api_version, replica_id,
+                     getattr(body, "isolation_level", 0), getattr(body, "rack_id", ""))
+            to_read = context.begin_read(stamp, time.monotonic() * 1000)
+            answers, total, partitions, respond_now, quiet = await self._read_fetch(request, replica_id, to_read,
+                                                                                    max_bytes, session)
             remaining = deadline - time.monotonic()
-            if total >= body.min_bytes or respond_now or remaining <= 0 or not partitions:
-                break
-            futures = [p.change_future() for p in partitions]
+            if session is not None:
+                if total >= body.min_bytes or respond_now or remaining <= 0 or not session.partitions:
+                    break
+                futures = [session.wakeup()]
+            else:
+                if total >= body.min_bytes or respond_now or remaining <= 0 or not partitions:
+                    break
+                futures = [p.change_future() for p in partitions]
             waiting_since = time.perf_counter()
             await asyncio.wait(futures, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             if (clock := current_request_clock()) is not None:
@@ -516,6 +528,10 @@ class RequestHandlers:
             return respond(request, {"throttle_time": _throttle_time(throttle_s), "error_code": ErrorCode.none,
                                      "session_id": context.response_session_id(), "responses": []})
         session_id, chosen = context.select(self.fetch_sessions, answers, time.monotonic() * 1000)
+        if session is not None:
+            for key, partition in quiet:
+                if session.settle(key) and replica_id >= 0:
+                    partition.park_follower(replica_id, session)
         if replica_id < 0 and total:
             self._count_bytes_out(chosen)
         return respond(request, {
@@ -543,10 +559,14 @@ class RequestHandlers:
                 endpoints.append({"node_id": broker_id, "host": host, "port": port, "rack": broker.rack})
         return endpoints
 
-    async def _read_fetch(self, request: Request, replica_id: int, asked: list[CachedPartition],
-                          max_bytes: int) -> tuple[list[tuple[CachedPartition, dict[str, Any]]], int, list, bool]:
+    async def _read_fetch(self, request: Request, replica_id: int, asked: list[CachedPartition], max_bytes: int,
+                          session: FetchSession | None = None,
+                          ) -> tuple[list[tuple[CachedPartition, dict[str, Any]]], int, list, bool, list]:
         """Read each partition asked for; (answers, bytes read, partitions a long poll waits on,
-        whether to answer at once: an error or a preferred read replica)."""
+        whether to answer at once: an error or a preferred read replica, and the (key, replica) of
+        each partition whose answer leaves it quiet: no error, no records, nothing readable past its
+        fetch offset, so that unless its replica changes a session need not read it again). An
+        incremental fetch's ``session`` watches every replica it reads."""
         body = request.body
         image = self.context.image
         authorizer = self.context.authorizer
@@ -560,6 +580,7 @@ class RequestHandlers:
         respond_now = False
         watched = []
         answers = []
+        quiet = []
         readable: dict[str, bool] = {}
         for p in asked:
             response = _fetch_error(p.partition, ErrorCode.none)
@@ -623,11 +644,21 @@ class RequestHandlers:
                     respond_now = True
                     continue
             watched.append(partition)
+            if session is not None:
+                session.watch(p.key, partition)
             limit = min(p.partition_max_bytes, remaining)
             # Tiered storage: consumers reading a tiered topic below the local log start get the
             # same batches from S3 (tiered_storage.remote_reader); followers always read locally.
             remote = self.remote_reads if replica_id < 0 else None
-            if remote is not None and remote.is_tiered(name):
+            tiered = remote is not None and remote.is_tiered(name)
+            # Nothing to read (a read past the log end is an error, below). A tiered topic's log start
+            # moves in S3 and a rack-aware consumer's preferred replica with the followers' progress:
+            # neither marks the replica, so those are never quiet.
+            nothing_to_read = (not tiered and not client_rack
+                               and p.fetch_offset >= (partition.log_end_offset if upper is None else upper))
+            if nothing_to_read:
+                quiet.append((p.key, partition))
+            if tiered:
                 try:
                     log_start = response["log_start_offset"] = await remote.log_start_offset(partition)
                     if p.fetch_offset < log_start:
@@ -670,6 +701,8 @@ class RequestHandlers:
             except OffsetOutOfRangeError:
                 response["error_code"] = ErrorCode.offset_out_of_range
                 respond_now = True
+                if nothing_to_read:
+                    quiet.pop()
                 continue
             if file_slice is not None and file_slice.length > 0:
                 response["records"] = FileRecords(file_slice)
@@ -680,13 +713,13 @@ class RequestHandlers:
                 if read_committed:
                     response["aborted_transactions"] = _aborted_entries(partition.log.aborted_transactions(
                         p.fetch_offset, min(upper, file_slice.last_offset + 1)))
-        return answers, total, watched, respond_now
+        return answers, total, watched, respond_now, quiet
 
     def _preferred_read_replica(self, selector: str, client_rack: str, partition: Any, image: Any,
                                 fetch_offset: int) -> int:
         now_ms = time.monotonic() * 1000
         followers = {broker_id: ReplicaView(broker_id, state.log_end_offset, state.log_start_offset,
-                                            now_ms - state.last_caught_up_ms)
+                                            now_ms - state.caught_up_ms())
                      for broker_id, state in partition.followers.items()}
         racks = {b.broker_id: b.rack for b in image.live_brokers()}
         return preferred_read_replica(selector, client_rack, partition.broker_id, partition.isr, followers, racks,

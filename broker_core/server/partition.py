@@ -2,7 +2,9 @@
 
 The leader tracks every follower's log-end offset (reported by follower Fetch requests); the high
 watermark is the minimum log-end offset over the ISR and never moves backwards. Long-poll fetches park
-on `change_future` and are woken on every append and every HW move. Acks=all produces park on
+on `change_future` and are woken on every append and every HW move; incremental fetch sessions that
+read the replica are marked instead (`add_session`, `broker_core.server.fetch_sessions`), on the same
+events and on log start moves, follower appends and truncations. Acks=all produces park on
 `high_watermark_future(target)` (Kafka's produce purgatory): woken only once the HW reaches their
 target, or when the partition's role, ISR or state changes and they must look again.
 
@@ -17,9 +19,10 @@ import itertools
 import logging
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from broker_core.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from broker_core.log.config import LogConfig
@@ -54,13 +57,46 @@ class VerificationGuard:
         self.valid = True
 
 
+class ChangeWatcher(Protocol):
+    """Told (``mark``, with the key it watches the replica by) whenever the replica changes: an incremental
+    fetch session reading it, or the replica fetcher following it."""
+
+    def mark(self, key: Hashable) -> None: ...
+
+
+class MarkedSession(ChangeWatcher, Protocol):
+    """An incremental fetch session reading this replica (`broker_core.server.fetch_sessions.FetchSession`)."""
+
+    last_read_ms: float
+
+
 @dataclass
 class ReplicaState:
+    """What the leader knows of one follower. ``parked_in``: the follower's fetch session, which
+    stopped reading this partition when it was caught up and quiet; until the partition changes,
+    every read of that session counts as a fetch at the log end (see `Partition.park_follower`)."""
+
     log_end_offset: int = 0
     log_start_offset: int = -1
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     leader_end_at_last_fetch: int = 0
+    parked_in: MarkedSession | None = None
+
+    def caught_up_ms(self) -> float:
+        """When the follower was last caught up (Kafka's lastCaughtUpTimeMs)."""
+        if self.parked_in is not None:
+            return max(self.last_caught_up_ms, self.parked_in.last_read_ms)
+        return self.last_caught_up_ms
+
+    def unpark(self) -> None:
+        """The partition changed: what the parked session's reads counted for becomes fixed, as if the
+        follower's fetch at its session's last read had been recorded (at the log end it still had)."""
+        session = self.parked_in
+        if session is not None:
+            self.parked_in = None
+            self.last_caught_up_ms = max(self.last_caught_up_ms, session.last_read_ms)
+            self.last_fetch_ms = max(self.last_fetch_ms, session.last_read_ms)
 
 
 @dataclass
@@ -93,9 +129,17 @@ class Partition:
     # KIP-890: producer id -> the verification under way for its first transactional write here.
     _verification_guards: dict[int, VerificationGuard] = field(default_factory=dict)
     _checkpointed_high_watermark: int = -1
+    # When the ISR check (broker_core.replication.isr) must look at this replica next; 0: at its next pass.
+    isr_check_due_ms: float = 0.0
     _waiters: list[asyncio.Future] = field(default_factory=list)
+    # Fetch sessions reading this replica and the fetcher following it, with the key each knows it by.
+    _sessions: dict[ChangeWatcher, Hashable] = field(default_factory=dict)
     # (target offset, tie-breaker, future) for acks=all produces, smallest target first.
     _replication_waiters: list[tuple[int, int, asyncio.Future]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Retention, DeleteRecords and tiering move the log start in the log itself.
+        self.log.on_log_start_moved = self._changed
 
     @classmethod
     def open(cls, data_dir: Path, topic: str, index: int, topic_id: str, config: LogConfig, broker_id: int) -> Partition:
@@ -180,6 +224,7 @@ class Partition:
         self.partition_epoch = partition_epoch
         self.replicas = replicas
         self.isr = isr
+        self.isr_check_due_ms = 0.0
         if new_term:
             # A new leader knows nothing of its followers' progress until they fetch again.
             self.followers = {r: ReplicaState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
@@ -211,6 +256,7 @@ class Partition:
     def update_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
         self.isr = isr
         self.partition_epoch = partition_epoch
+        self.isr_check_due_ms = 0.0
         self._maybe_advance_high_watermark()
         self.wake(role_changed=True)
 
@@ -222,6 +268,7 @@ class Partition:
         state.log_start_offset = log_start_offset
         # As Kafka does: reaching the log end as it was at the previous fetch counts as caught up at
         # that time, so a follower of a partition under steady load is not declared lagging.
+        state.unpark()
         if fetch_offset >= self.log_end_offset:
             state.last_caught_up_ms = now
         elif fetch_offset >= state.leader_end_at_last_fetch:
@@ -230,6 +277,34 @@ class Partition:
         state.leader_end_at_last_fetch = self.log_end_offset
         if self._maybe_advance_high_watermark():
             self.wake()
+
+    def park_follower(self, replica_id: int, session: MarkedSession) -> None:
+        """``replica_id``'s fetch session found this partition caught up and quiet and stops reading it
+        until it changes: meanwhile each read of the session counts as a fetch at the log end, so the
+        follower stays caught up for the ISR check exactly as long as it keeps fetching."""
+        state = self.followers.get(replica_id)
+        if state is not None and state.log_end_offset >= self.log_end_offset:
+            state.parked_in = session
+
+    def add_session(self, session: ChangeWatcher, key: Hashable) -> None:
+        self._sessions[session] = key
+
+    def remove_session(self, session: ChangeWatcher) -> None:
+        """``session`` no longer reads this replica (forgotten, or the session closed): a follower parked
+        in it stops counting as fetching."""
+        self._sessions.pop(session, None)
+        for state in self.followers.values():
+            if state.parked_in is session:
+                state.unpark()
+
+    def _changed(self) -> None:
+        """Anything an answer to a fetch of this replica depends on may have changed: sessions reading
+        it must read it again, and parked followers count as fetched only until now."""
+        for session, key in self._sessions.items():
+            session.mark(key)
+        for state in self.followers.values():
+            if state.parked_in is not None:
+                state.unpark()
 
     @property
     def last_stable_offset(self) -> int:
@@ -305,6 +380,7 @@ class Partition:
         for completed in self.producers.record_all(validated.view, validated.batches):
             if completed.aborted:
                 self.log.append_aborted_transaction(completed.aborted_txn())
+        self._changed()  # a marker may move the LSO of a consumer reading from this follower (KIP-392)
         return info
 
     def truncate_to(self, offset: int) -> None:
@@ -314,12 +390,14 @@ class Partition:
         # Replace a snapshot taken above the cut: it holds batches the log no longer has and lacks
         # the ones fetched in their place, which a later reload would otherwise trust.
         self.producers.write_snapshot(self.log.log_end_offset)
+        self._changed()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
         self.high_watermark = max(self.high_watermark, offset)
         self.producers.path.unlink(missing_ok=True)  # it describes a log that is gone
         self.producers.load(self.log)
+        self._changed()
 
     def after_local_append(self) -> None:
         self._maybe_advance_high_watermark()
@@ -377,6 +455,7 @@ class Partition:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        self._changed()
         self._complete_replication_waiters(everyone=role_changed)
 
     def change_future(self) -> asyncio.Future:
