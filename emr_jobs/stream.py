@@ -232,10 +232,7 @@ class FloeStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> Offsets:  # noqa: N802 (Spark's name)
         prepare_python_worker()
         options = self.options
-        # A Trigger.AvailableNow query asks for its target (latestOffset) first, then for the initial
-        # offset: resolve "latest" against the same high watermarks, so the start is never past the
-        # target, and ask DynamoDB and the brokers once rather than twice.
-        state = self._latest_state if self._latest_state is not None else self._partition_state()
+        state = self._partition_state()
         offsets: Offsets = {}
         for topic, partitions in state.items():
             offsets[topic] = {}
