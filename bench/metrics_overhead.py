@@ -41,12 +41,12 @@ keeps its place for the whole bench, next to the producer or not, next to a busy
 not, and control runs (no difference at all) read one side 5-15 % faster than the other in most
 runs. ``--control`` starts both stacks with metrics off: the ratios it prints are what the bench
 reads when there is no difference at all (its noise and any bias of its own), to set beside an
-on/off run of the same command. Every run
-meets a new pair of broker processes (both are stopped and started again between runs, in turn;
-``--keep-brokers`` keeps the first pair for the whole bench): a broker process keeps a speed of its
-own for its life, and with one pair per bench a control command read one side 5-14 % slower in
-every run (bench/results/metrics_overhead_2026-11-27_bisect_control_*.json). Besides the process's
-CPU, each run records its event-loop thread's (the main thread's run time from
+on/off run of the same command. Every run meets a new pair of broker processes (both are stopped
+and started again between runs, in turn; ``--keep-brokers`` keeps the first pair for the whole
+bench), and every second run the two stacks swap roles (`restart_brokers`): a broker process keeps
+a speed of its own for its life, and with one pair per bench a control command read one side 1-14 %
+slower in every run (bench/results/metrics_overhead_2026-11-27_bisect_control_2.json). Besides the
+process's CPU, each run records its event-loop thread's (the main thread's run time from
 /proc/PID/task/PID/schedstat, in nanoseconds: ``loop_cpu_*``), to tell the request path from the
 worker threads' DynamoDB and S3 calls. The
 ``records_per_s`` and ``broker_cpu_us_per_record`` fields of fixed_requests count requests (``unit``).
@@ -56,7 +56,7 @@ cost is per request, and how many records a librdkafka request carries depends o
 broker answers.
 
     .venv/bin/python bench/metrics_overhead.py [--runs 5] [--records 200000] [--small-records 50000]
-        [--order alternate|together] [--control] [--scrape-interval 15] [--output metrics_overhead.json]
+        [--order alternate|together] [--control] [--keep-brokers] [--scrape-interval 15] [--output metrics_overhead.json]
 """
 
 from __future__ import annotations
