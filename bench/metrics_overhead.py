@@ -41,7 +41,14 @@ keeps its place for the whole bench, next to the producer or not, next to a busy
 not, and control runs (no difference at all) read one side 5-15 % faster than the other in most
 runs. ``--control`` starts both stacks with metrics off: the ratios it prints are what the bench
 reads when there is no difference at all (its noise and any bias of its own), to set beside an
-on/off run of the same command. The
+on/off run of the same command. Every run meets a new pair of broker processes (both are stopped
+and started again between runs, in turn; ``--keep-brokers`` keeps the first pair for the whole
+bench), and every second run the two stacks swap roles (`restart_brokers`): a broker process keeps
+a speed of its own for its life, and with one pair per bench a control command read one side 1-14 %
+slower in every run (bench/results/metrics_overhead_2026-11-27_bisect_control_2.json). Besides the
+process's CPU, each run records its event-loop thread's (the main thread's run time from
+/proc/PID/task/PID/schedstat, in nanoseconds: ``loop_cpu_*``), to tell the request path from the
+worker threads' DynamoDB and S3 calls. The
 ``records_per_s`` and ``broker_cpu_us_per_record`` fields of fixed_requests count requests (``unit``).
 The librdkafka workloads also record how many Produce requests each side's producer sent (librdkafka's
 statistics), so the broker CPU per request and the records per request are known: the metrics'
@@ -49,7 +56,7 @@ cost is per request, and how many records a librdkafka request carries depends o
 broker answers.
 
     .venv/bin/python bench/metrics_overhead.py [--runs 5] [--records 200000] [--small-records 50000]
-        [--order alternate|together] [--control] [--scrape-interval 15] [--output metrics_overhead.json]
+        [--order alternate|together] [--control] [--keep-brokers] [--scrape-interval 15] [--output metrics_overhead.json]
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ import multiprocessing
 import multiprocessing.sharedctypes
 import multiprocessing.synchronize
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -101,6 +109,13 @@ SETTLE_S = 1.0  # interleaved: a pause after the set-up, before the first burst
 # neither broker gets a luckier place than the other for the whole bench (see the module doc)
 BROKER_CPUS = {0}
 PRODUCER_CPUS = {1}
+
+
+def loop_cpu_s(pid: int) -> float:
+    """CPU seconds of the process's main thread (the broker's event loop): the scheduler's run time of
+    the thread, in nanoseconds (/proc/PID/task/PID/schedstat)."""
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as stat:
+        return int(stat.read().split()[0]) / 1e9
 
 
 def broker_cpu_s(pid: int) -> float:
@@ -221,10 +236,10 @@ class _Tally:
 
     def __init__(self) -> None:
         self.records = self.requests = 0
-        self.busy_s = self.cpu_s = 0.0
+        self.busy_s = self.cpu_s = self.loop_s = 0.0
 
-    def figures(self) -> tuple[float, float, int]:
-        return self.records / self.busy_s, self.cpu_s / self.records * 1e6, self.requests
+    def figures(self) -> tuple[float, float, int, float]:
+        return self.records / self.busy_s, self.cpu_s / self.records * 1e6, self.requests, self.loop_s / self.records * 1e6
 
 
 def produce_interleaved(bootstraps: dict[str, str], pids: dict[str, int], topic: str, records: int,
@@ -257,7 +272,7 @@ def produce_interleaved(bootstraps: dict[str, str], pids: dict[str, int], topic:
             for side in _burst_order(bursts, first):
                 tally, connection = tallies[side], connections[side]
                 count = min(burst, records - tally.requests)
-                cpu, started = broker_cpu_s(pids[side]), time.perf_counter()
+                loop, cpu, started = loop_cpu_s(pids[side]), broker_cpu_s(pids[side]), time.perf_counter()
                 for done in range(0, count, IN_FLIGHT):
                     answers = await asyncio.gather(*(connection.send(ApiKey.PRODUCE, request)
                                                      for _ in range(min(IN_FLIGHT, count - done))))
@@ -265,6 +280,7 @@ def produce_interleaved(bootstraps: dict[str, str], pids: dict[str, int], topic:
                         raise RuntimeError("a produce request failed")
                 tally.busy_s += time.perf_counter() - started
                 tally.cpu_s += broker_cpu_s(pids[side]) - cpu
+                tally.loop_s += loop_cpu_s(pids[side]) - loop
                 tally.records += count
                 tally.requests += count
             for connection in connections.values():
@@ -286,10 +302,11 @@ def produce_interleaved(bootstraps: dict[str, str], pids: dict[str, int], topic:
     for side in _burst_order(bursts, first):
         tally, producer = tallies[side], producers[side]
         count = min(burst, records - tally.records)
-        cpu, started = broker_cpu_s(pids[side]), time.perf_counter()
+        loop, cpu, started = loop_cpu_s(pids[side]), broker_cpu_s(pids[side]), time.perf_counter()
         produce_values(producer, topic, value, count)
         tally.busy_s += time.perf_counter() - started
         tally.cpu_s += broker_cpu_s(pids[side]) - cpu
+        tally.loop_s += loop_cpu_s(pids[side]) - loop
         tally.records += count
     for side in SIDES:
         tallies[side].requests = _produce_requests(producers[side], statistics_seen[side]) - sent_before[side]
@@ -387,20 +404,49 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], 
         rates = {side: measured[side][0] for side in SIDES}
         cpu = {side: measured[side][1] for side in SIDES}
         sent = {side: measured[side][2] for side in SIDES}
+        loop = {side: measured[side][3] if len(measured[side]) > 3 else float("nan") for side in SIDES}
         result[f"{name}_scrapes"] = scraper.scrapes if scraper is not None else 0
         unit = "request" if workload.get("records_per_request") else "record"
         per_request = {side: counts[name] / sent[side] for side in SIDES}  # records (fixed: 1 request)
         result[name] = {"unit": unit, "records_per_s": rates, "ratio": rates["on"] / rates["off"],
                         "broker_cpu_us_per_record": cpu, "cpu_ratio": cpu["off"] / cpu["on"],
+                        "loop_cpu_us_per_record": loop, "loop_cpu_ratio": loop["off"] / loop["on"],
+                        "other_threads_cpu_us_per_record": {side: cpu[side] - loop[side] for side in SIDES},
                         "produce_requests": sent, f"{unit}s_per_request": per_request,
                         "broker_cpu_us_per_request": {side: cpu[side] * per_request[side] for side in SIDES}}
         print(f"run {number} {name}: on/off {result[name]['ratio']:.3f} ({rates['on']:,.0f} / {rates['off']:,.0f} "
               f"{unit}s/s), broker CPU us/{unit} on {cpu['on']:.1f} off {cpu['off']:.1f} (off/on "
-              f"{result[name]['cpu_ratio']:.3f}), {unit}s/request on {per_request['on']:.2f} off "
+              f"{result[name]['cpu_ratio']:.3f}), loop on {loop['on']:.1f} off {loop['off']:.1f} (off/on "
+              f"{result[name]['loop_cpu_ratio']:.3f}), {unit}s/request on {per_request['on']:.2f} off "
               f"{per_request['off']:.2f}", flush=True)
     result["load_average"] = os.getloadavg()
     result["cpu_pressure_avg10"] = cpu_pressure()
     return result
+
+
+def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, control: bool) -> None:
+    """Stop both brokers and start new processes for run ``number``, so that every run meets a new pair of
+    processes: a broker process keeps a speed of its own for its whole life, a few per cent either
+    way, and brokers kept for a whole bench carry that difference into every run of it. Every second
+    run the two stacks also swap roles (the stack whose broker had metrics on gets one with metrics
+    off, and the other way round), so that whatever differs between the stacks themselves (their
+    moto servers, which was started first) weighs on both sides alike, and each stack takes the
+    first burst (`one_run`: on's in even runs) as often as the other. Starts in turn: on's broker
+    first in even runs."""
+    if number % 2 == 0:
+        stacks["on"], stacks["off"] = stacks["off"], stacks["on"]
+    for side, stack in stacks.items():
+        stack.overrides["metrics.port"] = "0" if side == "on" and not control else "-1"
+    order = SIDES if number % 2 == 0 else SIDES[::-1]
+    for side in order:
+        stacks[side].kill_broker(1, signal.SIGTERM)
+    for side in order:
+        stacks[side].restart_broker(1)
+        if pinned:
+            pin(stacks[side].processes[1].pid, BROKER_CPUS)
+    if stacks["off"].processes[1].metrics_port is not None:
+        raise RuntimeError("the 'off' broker serves metrics")
+    time.sleep(SETTLE_S)
 
 
 def idle_cpu_ms_per_s(stacks: dict[str, LocalStack], seconds: float = 3.0) -> dict[str, float]:
@@ -437,6 +483,8 @@ def main() -> None:
                         help="interleaved: leave the brokers and the producer wherever the scheduler puts them")
     parser.add_argument("--control", action="store_true",
                         help="both stacks with metrics off: the ratios the bench reads when nothing differs")
+    parser.add_argument("--keep-brokers", dest="fresh_brokers", action="store_false",
+                        help="keep one broker process per side for the whole bench (default: new ones for every run)")
     parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
     args = parser.parse_args()
     counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests,
@@ -459,8 +507,14 @@ def main() -> None:
             if pinned:
                 for stack in stacks.values():
                     pin(stack.processes[1].pid, BROKER_CPUS)
-            runs = [one_run(number, stacks, counts, args.scrape_interval, workloads, args.order, bursts, pinned)
-                    for number in range(args.runs)]
+            runs = []
+            for number in range(args.runs):
+                if number and args.fresh_brokers:
+                    restart_brokers(stacks, number, pinned, args.control)
+                runs.append(one_run(number, stacks, counts, args.scrape_interval, workloads, args.order, bursts,
+                                    pinned))
+                runs[-1]["broker_pids"] = {side: stacks[side].processes[1].pid for side in SIDES}
+                runs[-1]["stacks"] = {side: stacks[side].directory.name for side in SIDES}
             scraping = scrape_cost(stacks["on"]) if not args.control else None
         finally:
             for stack in stacks.values():
@@ -472,11 +526,14 @@ def main() -> None:
         "scrape_interval_s": args.scrape_interval, "order": args.order,
         "burst_share": args.burst if args.order == "interleaved" else None,
         "pinned": {"brokers": sorted(BROKER_CPUS), "producer": sorted(PRODUCER_CPUS)} if pinned else None,
+        "fresh_brokers": args.fresh_brokers,
         "control": args.control,  # true: both sides had metrics off
         "idle_broker_cpu_ms_per_s": idle,
         "spread": {
             **{f"{name}_ratio_on_over_off": _spread([run[name]["ratio"] for run in runs]) for name in workloads},
             **{f"{name}_cpu_ratio_off_over_on": _spread([run[name]["cpu_ratio"] for run in runs]) for name in workloads},
+            **{f"{name}_loop_cpu_ratio_off_over_on": _spread([run[name]["loop_cpu_ratio"] for run in runs])
+               for name in workloads},
         },
         "median": {
             **{f"{name}_ratio_on_over_off": statistics.median(run[name]["ratio"] for run in runs) for name in workloads},
@@ -485,6 +542,8 @@ def main() -> None:
             **{f"{name}_broker_cpu_us_per_record_{side}": statistics.median(
                 run[name]["broker_cpu_us_per_record"][side] for run in runs) for name in workloads for side in SIDES},
             **{f"{name}_cpu_ratio_off_over_on": statistics.median(run[name]["cpu_ratio"] for run in runs)
+               for name in workloads},
+            **{f"{name}_loop_cpu_ratio_off_over_on": statistics.median(run[name]["loop_cpu_ratio"] for run in runs)
                for name in workloads},
             **{f"{name}_broker_cpu_us_per_request_{side}": statistics.median(
                 run[name]["broker_cpu_us_per_request"][side] for run in runs) for name in workloads for side in SIDES},
