@@ -66,6 +66,8 @@ _RETRY_BACKOFF_S = 0.2
 LEADER_RECHECK_S = 0.05
 # How long a fetcher whose every partition is held back by the replication throttle waits to look again.
 THROTTLE_BACKOFF_S = 0.1
+# While a leader stays unreachable, a fetcher retries every LEADER_RECHECK_S: it says so at most this often.
+TROUBLE_LOG_INTERVAL_S = 10.0
 
 
 @dataclass
@@ -131,6 +133,8 @@ class ReplicaFetcher:
         self._stall_s = context.config.get_int("metadata.poll.interval.ms") / 1000
         self._fast_recheck_window_s = 2 * context.config.get_int("broker.session.timeout.ms") / 1000
         self._trouble_since: float | None = None
+        self._trouble_logged_at: float | None = None
+        self._unlogged_failures = 0
 
     def follow(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
@@ -190,6 +194,19 @@ class ReplicaFetcher:
         self._connection = connection
         return connection
 
+    def _log_failure(self, exc: Exception) -> None:
+        """Log a failed fetch: the first of a spell of trouble at once, then at most one line every
+        TROUBLE_LOG_INTERVAL_S with how many failures it stands for (a dead leader is retried every
+        LEADER_RECHECK_S for a while, which logged twenty lines a second)."""
+        now = asyncio.get_running_loop().time()
+        self._unlogged_failures += 1
+        if self._trouble_logged_at is not None and now - self._trouble_logged_at < TROUBLE_LOG_INTERVAL_S:
+            return
+        log.info("fetcher for leader %d: %s; retrying (%d failed attempts since the last report)", self.leader_id, exc,
+                 self._unlogged_failures)
+        self._trouble_logged_at = now
+        self._unlogged_failures = 0
+
     def _leader_trouble(self, usual_wait_s: float) -> float:
         """Note that the leader cannot be reached or refused us; returns how long to wait before
         retrying: LEADER_RECHECK_S within the fast window, where the broker also re-checks the
@@ -229,7 +246,7 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except (ClientError, OSError) as exc:
-                log.info("fetcher for leader %d: %s; retrying", self.leader_id, exc)
+                self._log_failure(exc)
                 await self._close_connection()
                 await asyncio.sleep(self._leader_trouble(_RETRY_BACKOFF_S))
             except Exception:
@@ -367,6 +384,7 @@ class ReplicaFetcher:
             refused |= await self._apply(connection, f, answer)
         if not refused:
             self._trouble_since = None
+            self._trouble_logged_at = None
 
     async def _apply(self, connection: BrokerConnection, f: FollowedPartition, answer: FetchedPartition) -> bool:
         """Take one partition's answer; True if the leader refused the partition."""

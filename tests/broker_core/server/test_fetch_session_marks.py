@@ -8,12 +8,16 @@ caught up only while that session keeps reading).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from broker_core.log.config import LogConfig
 from broker_core.protocol.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID
+from broker_core.replication import fetcher as fetcher_module
 from broker_core.replication.fetcher import ReplicaFetcher
 from broker_core.replication.isr import proposed_isr
 from broker_core.server.fetch_sessions import CachedPartition, FetchSession, FetchSessionCache, new_context
@@ -230,3 +234,25 @@ def test_a_replica_fetcher_rebuilds_a_fetch_position_only_after_its_replica_chan
         partition.close()
 
     asyncio.run(scenario())
+
+
+def test_a_replica_fetcher_reports_a_spell_of_failures_once_per_interval(caplog: pytest.LogCaptureFixture,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    context = SimpleNamespace(config=SimpleNamespace(get_int=lambda name: 500))
+    clock = [100.0]
+
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        monkeypatch.setattr(loop, "time", lambda: clock[0])
+        fetcher = ReplicaFetcher(context, leader_id=2)
+        with caplog.at_level(logging.INFO, logger=fetcher_module.__name__):
+            for _ in range(200):  # 10 s of retries every 50 ms, as while a leader is dead
+                fetcher._log_failure(ConnectionRefusedError("refused"))
+                clock[0] += 0.05
+            clock[0] = 110.5  # past the interval since the first report
+            fetcher._log_failure(ConnectionRefusedError("refused"))
+        return [r.getMessage() for r in caplog.records if r.name == fetcher_module.__name__]
+
+    lines = asyncio.run(scenario())
+    assert lines == ["fetcher for leader 2: refused; retrying (1 failed attempts since the last report)",
+                     "fetcher for leader 2: refused; retrying (200 failed attempts since the last report)"]
