@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import random
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -349,7 +350,16 @@ async def _produce_rows(options: SinkOptions, batches: Iterator[pa.RecordBatch],
     """Produce the rows of Arrow record ``batches``; how many records went to each topic.
 
     With one topic and no headers (the topic option given, or no topic column; no headers column),
-    columns go to native kernels (`_produce_columns`); otherwise row by row (`_produce_row_dicts`)."""
+    columns go to native kernels (`_produce_columns`); otherwise row by row (`_produce_row_dicts`).
+    Spark 4.0 hands any ``DataSourceArrowWriter`` Arrow batches, stream writers included; should a
+    Spark version hand the stream writer ``Row``s instead, they take the row path."""
+    items = iter(batches)
+    first = next(items, None)
+    if first is None:
+        return {}
+    batches = itertools.chain([first], items)
+    if not isinstance(first, pa.RecordBatch):
+        return await _produce_row_dicts(options, batches, client, send)  # type: ignore[arg-type]
     if options.headers_column or (options.topic is None and options.topic_column):
         rows = (row for batch in batches for row in batch.to_pylist())
         return await _produce_row_dicts(options, rows, client, send)

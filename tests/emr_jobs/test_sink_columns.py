@@ -138,3 +138,19 @@ def test_rows_with_headers_or_a_topic_column_take_the_row_path() -> None:
     assert written == {"t": 2, "u": 1}
     records = sorted((topic, value, headers) for topic, _, batch in sent for _, value, headers in batch)
     assert records == [("t", b"a", (("h", b"1"),)), ("t", b"c", ()), ("u", b"b", ())]
+
+
+def test_rows_handed_over_as_spark_rows_take_the_row_path() -> None:
+    """What a Spark version that gives the stream writer Rows rather than Arrow batches would send."""
+    from pyspark.sql import Row
+
+    sent: list[tuple[str, int, list]] = []
+
+    async def send(topic: str, partition: int, records) -> None:  # noqa: ANN001
+        sent.append((topic, partition, [(r.key, r.value) for r in decode_batch(build_batch(records)).records]))
+
+    rows = [Row(key=f"k{n}".encode(), value=f"v{n}".encode()) for n in range(50)]
+    written = asyncio.run(_produce_rows(options(key_column=True), iter(rows), PartitionCount(4), send))  # type: ignore[arg-type]
+    assert written == {"t": 50}
+    assert sorted(record for _, _, batch in sent for record in batch) == sorted((r.key, r.value) for r in rows)
+    assert all(partition_for_key(key, 4) == partition for _, partition, batch in sent for key, _ in batch)
