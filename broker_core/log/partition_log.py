@@ -94,7 +94,8 @@ class PartitionLog:
     Durability: appends are written to the page cache and are acknowledged without fsync unless
     ``flush.messages`` / ``flush.ms`` say otherwise (checked on append). `flush` (also run on every
     roll for the sealed segment, and by `close`) fsyncs data and indexes and advances the recovery
-    point. On open, every segment that reaches past the recovery point is re-validated batch by batch
+    point; a roll's flush runs on the owner's worker thread when it gives one (`run_in_background`),
+    as Kafka's log schedules it, and the recovery point moves when it is done. On open, every segment that reaches past the recovery point is re-validated batch by batch
     (header, CRC-32C, contiguous offsets, leader epoch) with its indexes rebuilt, and the log is cut at
     the first bad or partial batch (segments after it are deleted). Segments below the recovery point
     are only checked cheaply (index sanity, the tail after the last index entry); if that fails they
@@ -143,6 +144,11 @@ class PartitionLog:
         self._last_flush_ms = wall_clock_ms()
         self._closed = False
         self._unfinished_swap: SegmentSwap | None = None
+        # Set by whoever owns the log and has a worker thread for it: runs a roll's flush there (see
+        # `_roll_to`). None (tools, tests): a roll flushes on the caller's thread.
+        self.run_in_background: Callable[[Callable[[], None]], object] | None = None
+        self._pending_flush: SegmentSwap | None = None
+        self._pending_flush_segments: tuple[Segment, ...] = ()
         # Called (on the owner's thread) after every move of the log start, by whoever owns the log:
         # a hosted replica marks the fetch sessions reading it.
         self.on_log_start_moved: Callable[[], None] | None = None
@@ -424,9 +430,57 @@ class PartitionLog:
             new_segment = self._new_segment(base_offset, now_ms)
             self._segments = [*self._segments, new_segment]
         self._directory_dirty = True
-        self._flush_up_to(base_offset)
+        if self.run_in_background is None:
+            self._flush_up_to(base_offset)
+        else:
+            self._flush_in_background(base_offset)
         self.delete_expired_segments()
         return new_segment
+
+    def _flush_in_background(self, offset: int) -> None:
+        """A roll's flush, as Kafka's log does it: the sealed segments' fsyncs, the directory's and the
+        recovery point's move to ``offset`` run on the owner's worker thread, so the appends behind
+        them (every partition's, on the writer's thread) do not wait on the disk. Until it has run,
+        the recovery point stays where it was (a crash re-validates a little more on open), and any
+        change to those files on this thread finishes it first (`_finish_flush`)."""
+        segments = tuple(
+            segment for segment in self._segments[:-1]
+            if segment.next_offset > self._recovery_point or segment.base_offset >= self._recovery_point
+        )
+        indexes = [self._txn_indexes[s.base_offset] for s in segments if s.base_offset in self._txn_indexes]
+        directory_dirty, self._directory_dirty = self._directory_dirty, False
+        previous = self._pending_flush
+
+        def steps() -> None:
+            if previous is not None:
+                previous.finish()  # flushes finish in roll order, so the recovery point only moves up
+            for segment in segments:
+                segment.flush(fsync=True)
+            for index in indexes:
+                index.flush()
+            if directory_dirty:
+                fsync_directory(self.directory)
+            if offset > self._recovery_point:
+                self._recovery_point = offset
+                write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, offset)
+
+        flush = SegmentSwap(self._segments[-1], steps)
+        self._pending_flush = flush
+        self._pending_flush_segments = (*self._pending_flush_segments, *segments) if previous else segments
+        self.run_in_background(flush.finish)
+
+    def _finish_flush_of(self, segments: list[Segment]) -> None:
+        """`_finish_flush` when the pending flush covers any of ``segments``."""
+        pending = self._pending_flush_segments
+        if any(segment is other for segment in segments for other in pending):
+            self._finish_flush()
+
+    def _finish_flush(self) -> None:
+        """Finish the last roll's background flush (waiting for the thread running it, if one is)."""
+        flush, self._pending_flush = self._pending_flush, None
+        self._pending_flush_segments = ()
+        if flush is not None:
+            flush.finish()
 
     # ---------------------------------------------------------------- flushing and closing
 
@@ -456,6 +510,7 @@ class PartitionLog:
         self._flush_up_to(self.log_end_offset)
 
     def _flush_up_to(self, offset: int) -> None:
+        self._finish_flush()
         segments = self._segments
         for segment in segments:
             if (
@@ -651,6 +706,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             return False
         self._finish_swap()
+        self._finish_flush()
         now = wall_clock_ms() if now_ms is None else now_ms
         segments = self._segments
         if segments[0].base_offset > offset:
@@ -679,6 +735,7 @@ class PartitionLog:
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
         self._finish_swap()
+        self._finish_flush()
         now = wall_clock_ms() if now_ms is None else now_ms
         old = self._segments
         self._retire(old)
@@ -782,6 +839,7 @@ class PartitionLog:
         Readers hold descriptors, which renames do not affect.
         """
         self._finish_swap()
+        self._finish_flush_of(old)
         segments = self._segments
         if self._closed or not old:
             return None
@@ -846,6 +904,7 @@ class PartitionLog:
         swap = self._unfinished_swap
         if swap is not None and any(segment is swap.segment for segment in segments):
             self._finish_swap()
+        self._finish_flush_of(segments)  # its index flushes open the files by name
         self._retired.retire(segments)
         for segment in segments:
             index = self._txn_indexes.pop(segment.base_offset, None)

@@ -19,7 +19,8 @@ import itertools
 import logging
 import shutil
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +34,21 @@ from broker_core.records.control import ControlRecordType, build_control_batch
 from broker_core.records.header import parse_header
 
 log = logging.getLogger(__name__)
+
+# Where hosted replicas' logs flush what a segment roll sealed (`PartitionLog._flush_in_background`):
+# off the event loop, whose appends would otherwise wait behind the fsyncs of every roll.
+_ROLL_FLUSH_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="floe-roll-flush")
+
+
+def _flush_off_the_loop(flush: Callable[[], None]) -> None:
+    _ROLL_FLUSH_THREADS.submit(flush).add_done_callback(_report_flush_failure)
+
+
+def _report_flush_failure(future: Future) -> None:
+    error = future.exception()
+    if error is not None:
+        # The recovery point stays where it was, so recovery re-validates these segments after a crash.
+        log.error("a segment roll's background flush failed: %r", error)
 
 _WAITER_NUMBERS = itertools.count()
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -140,6 +156,7 @@ class Partition:
     def __post_init__(self) -> None:
         # Retention, DeleteRecords and tiering move the log start in the log itself.
         self.log.on_log_start_moved = self._changed
+        self.log.run_in_background = _flush_off_the_loop
 
     @classmethod
     def open(cls, data_dir: Path, topic: str, index: int, topic_id: str, config: LogConfig, broker_id: int) -> Partition:

@@ -177,6 +177,47 @@ def test_roll_flushes_the_sealed_segment_and_moves_the_recovery_point(tmp_path: 
     log.close()
 
 
+def test_a_rolls_flush_handed_to_a_worker_moves_the_recovery_point_when_it_has_run(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    handed: list = []
+    log.run_in_background = handed.append  # the owner's worker; run by hand here
+    fill(log, 3)
+    log.roll(now_ms=NOW)
+    fill(log, 2)
+    log.roll(now_ms=NOW)
+    assert len(handed) == 2 and log.recovery_point == 0  # nothing fsynced on the appending thread
+    handed[1]()  # the second roll's flush runs the first's before its own
+    assert log.recovery_point == 15
+    assert (tmp_path / "topic-0" / "recovery-point").read_text() == "0\n1\n15\n"
+    handed[0]()  # already run: nothing happens twice, the recovery point does not go back
+    assert log.recovery_point == 15
+    log.close()
+
+
+@pytest.mark.parametrize("change", ["truncate", "close", "retention"])
+def test_a_change_to_the_log_finishes_a_pending_roll_flush_first(tmp_path: Path, change: str) -> None:
+    log = open_log(tmp_path, retention_bytes=1)
+    handed: list = []
+    log.run_in_background = handed.append
+    fill(log, 3)
+    log.roll(now_ms=NOW)
+    fill(log, 3)
+    assert log.recovery_point == 0
+    if change == "truncate":
+        log.truncate_to(4)  # below the roll: the flush runs first, then the recovery point follows the end
+        assert log.recovery_point == 3 and log.log_end_offset == 3
+    elif change == "close":
+        log.close()
+        assert (tmp_path / "topic-0" / "recovery-point").read_text() == "0\n1\n18\n"
+        return
+    else:
+        assert log.enforce_retention(now_ms=NOW) == 1  # the sealed segment goes: its flush runs first
+        assert log.recovery_point == 9 and log.log_start_offset == 9
+    handed[0]()  # run late by the worker: changes nothing now
+    assert log.recovery_point <= log.log_end_offset
+    log.close()
+
+
 def test_flush_messages_forces_a_flush_every_n_messages(tmp_path: Path) -> None:
     log = open_log(tmp_path, flush_messages=5)
     log.append(make_batch(3, 10, NOW), now_ms=NOW)
