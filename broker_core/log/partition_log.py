@@ -58,18 +58,12 @@ from .transaction_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex, c
 __all__ = ["AppendInfo", "PartitionLog", "SegmentSwap"]
 
 
-class SegmentSwap:
-    """The file step of a cleaner swap whose segment list change is already made (`PartitionLog.swap_segments`).
+class FileStep:
+    """File work the log handed to another thread after changing its own state. `finish` may run on
+    any thread and runs the work once: a second caller waits until the first is done. Until then the
+    log finishes it itself before any change that touches those files."""
 
-    `finish` renames the swapped-out segments' files to ``*.deleted`` and then the cleaned segment's
-    from ``*.swap`` to their plain names, the order crash recovery relies on (`broker_core.log.swap`).
-    It may run on any thread and runs once: a second caller waits until the first is done. Until
-    then the log finishes it itself before any change that touches those files (truncation, retiring
-    the cleaned segment, close).
-    """
-
-    def __init__(self, segment: Segment, steps: Callable[[], None] | None) -> None:
-        self.segment = segment
+    def __init__(self, steps: Callable[[], None] | None) -> None:
         self._steps = steps
         self._lock = threading.Lock()
 
@@ -82,6 +76,19 @@ class SegmentSwap:
             steps, self._steps = self._steps, None
             if steps is not None:
                 steps()
+
+
+class SegmentSwap(FileStep):
+    """The file step of a cleaner swap whose segment list change is already made (`PartitionLog.swap_segments`).
+
+    `finish` renames the swapped-out segments' files to ``*.deleted`` and then the cleaned segment's
+    from ``*.swap`` to their plain names, the order crash recovery relies on (`broker_core.log.swap`).
+    The log finishes it itself before truncation, retiring the cleaned segment, or close.
+    """
+
+    def __init__(self, segment: Segment, steps: Callable[[], None] | None) -> None:
+        super().__init__(steps)
+        self.segment = segment
 
 
 class PartitionLog:
@@ -147,7 +154,7 @@ class PartitionLog:
         # Set by whoever owns the log and has a worker thread for it: runs a roll's flush there (see
         # `_roll_to`). None (tools, tests): a roll flushes on the caller's thread.
         self.run_in_background: Callable[[Callable[[], None]], object] | None = None
-        self._pending_flush: SegmentSwap | None = None
+        self._pending_flush: FileStep | None = None
         self._pending_flush_segments: tuple[Segment, ...] = ()
         # Called (on the owner's thread) after every move of the log start, by whoever owns the log:
         # a hosted replica marks the fetch sessions reading it.
@@ -443,28 +450,15 @@ class PartitionLog:
         them (every partition's, on the writer's thread) do not wait on the disk. Until it has run,
         the recovery point stays where it was (a crash re-validates a little more on open), and any
         change to those files on this thread finishes it first (`_finish_flush`)."""
-        segments = tuple(
-            segment for segment in self._segments[:-1]
-            if segment.next_offset > self._recovery_point or segment.base_offset >= self._recovery_point
-        )
-        indexes = [self._txn_indexes[s.base_offset] for s in segments if s.base_offset in self._txn_indexes]
-        directory_dirty, self._directory_dirty = self._directory_dirty, False
+        segments, step = self._flush_step(offset, with_active=False)
         previous = self._pending_flush
 
-        def steps() -> None:
+        def in_roll_order() -> None:
             if previous is not None:
                 previous.finish()  # flushes finish in roll order, so the recovery point only moves up
-            for segment in segments:
-                segment.flush(fsync=True)
-            for index in indexes:
-                index.flush()
-            if directory_dirty:
-                fsync_directory(self.directory)
-            if offset > self._recovery_point:
-                self._recovery_point = offset
-                write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, offset)
+            step()
 
-        flush = SegmentSwap(self._segments[-1], steps)
+        flush = FileStep(in_roll_order)
         self._pending_flush = flush
         self._pending_flush_segments = (*self._pending_flush_segments, *segments) if previous else segments
         self.run_in_background(flush.finish)
@@ -511,24 +505,40 @@ class PartitionLog:
 
     def _flush_up_to(self, offset: int) -> None:
         self._finish_flush()
-        segments = self._segments
-        for segment in segments:
-            if (
-                segment.next_offset > self._recovery_point
-                or segment.base_offset >= self._recovery_point
-                or segment is segments[-1]
-            ):
+        self._flush_step(offset, with_active=True)[1]()
+
+    def _flush_step(self, offset: int, *, with_active: bool) -> tuple[tuple[Segment, ...], Callable[[], None]]:
+        """Flushing up to ``offset`` (>= the recovery point): the segments it fsyncs, chosen on the
+        writer's thread (those past the recovery point, and the active one when ``with_active``),
+        and the step that fsyncs them, their transaction indexes and the directory if it changed,
+        then moves the recovery point. Without the active segment the step touches no file the
+        writer still appends to, so it may run on another thread."""
+        recovery_point, active = self._recovery_point, self._segments[-1]
+        segments = tuple(
+            segment for segment in self._segments
+            if (segment is active and with_active)
+            or (segment is not active and (segment.next_offset > recovery_point or segment.base_offset >= recovery_point))
+        )
+        indexes = [self._txn_indexes[s.base_offset] for s in segments if s.base_offset in self._txn_indexes]
+        directory_dirty, self._directory_dirty = self._directory_dirty, False
+
+        def step() -> None:
+            for segment in segments:
                 segment.flush(fsync=True)
-                index = self._txn_indexes.get(segment.base_offset)
-                if index is not None:
-                    index.flush()
-        if self._directory_dirty:
-            fsync_directory(self.directory)
-            self._directory_dirty = False
-        if offset != self._recovery_point:
-            self._recovery_point = offset
-            write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, offset)
-        self._last_flush_ms = wall_clock_ms()
+            for index in indexes:
+                index.flush()
+            if directory_dirty:
+                try:
+                    fsync_directory(self.directory)
+                except BaseException:
+                    self._directory_dirty = True
+                    raise
+            if offset > self._recovery_point:
+                self._recovery_point = offset
+                write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, offset)
+            self._last_flush_ms = wall_clock_ms()
+
+        return segments, step
 
     def close(self) -> None:
         """Clean shutdown: seal and flush the active segment, write the recovery point, close every file."""
