@@ -388,10 +388,11 @@ async def _produce_columns(options: SinkOptions, batches: Iterator[pa.RecordBatc
         value = _binary_column(batch.column(batch.schema.get_field_index("value")))
         key = (_binary_column(batch.column(batch.schema.get_field_index("key"))) if options.key_column
                else _null_column(rows))
-        partitions = np.full(rows, -1, dtype=np.int32)
         if options.partition_column:
             given = batch.column(batch.schema.get_field_index("partition"))
             partitions = given.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32, copy=True)
+        else:
+            partitions = np.full(rows, -1, dtype=np.int32)
         key_partitions(key[0], key[1], key[2], count, partitions)
         unset = np.flatnonzero(partitions < 0)  # null keys, no partition given
         for first in range(0, len(unset), COLUMN_BATCH_RECORDS):
