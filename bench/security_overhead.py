@@ -4,9 +4,10 @@ One broker (local stack) listens on PLAINTEXT, SSL and SASL_SSL (SCRAM-SHA-512) 
 comparison runs against the same process, data and moment; the two sides of a pair alternate which
 goes first from run to run.
 
-- **Produce**: confluent-kafka (librdkafka) sends ``--records`` values of 1000 bytes (acks=1) to a
-  fresh one-partition topic over SASL_SSL and over PLAINTEXT; records/s, ratio SASL_SSL / PLAINTEXT
-  (goal >= 0.7).
+- **Produce**: confluent-kafka (librdkafka) sends ``--records`` values of ``--value-bytes`` bytes (default
+  1000; acks=1) to a fresh one-partition topic over SASL_SSL and over PLAINTEXT; records/s, ratio
+  SASL_SSL / PLAINTEXT (goal >= 0.7). ``--client kafka-python`` sends them with kafka-python instead
+  (the same settings where it has them), to compare with a client that slices its requests differently.
 - **Fetch**: a confluent-kafka consumer reads such a topic from the start over SSL and over PLAINTEXT
   (PLAINTEXT hands the log's file slices to sendfile; TLS reads and encrypts them); ratio SSL / PLAINTEXT
   (goal >= 0.5).
@@ -29,7 +30,7 @@ listener negotiates are recorded; ``--ssl-enabled-protocols`` sets the broker's 
 Medians over ``--runs`` go to bench/results/security_overhead.json.
 
     .venv/bin/python bench/security_overhead.py [--runs 3] [--records 200000] [--handshakes 300] [--output FILE]
-        [--ssl-enabled-protocols TLSv1.2]
+        [--ssl-enabled-protocols TLSv1.2] [--value-bytes 1000] [--client confluent-kafka|kafka-python]
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from broker_core.security.credentials import ScramCredentialStore, UserChange  #
 from broker_core.security.scram import make_credential, salted_password  # noqa: E402
 
 VALUE_BYTES = 1000
+CLIENTS = ("confluent-kafka", "kafka-python")
 USER, PASSWORD = "bench", "bench-password"
 MECHANISM = "SCRAM-SHA-512"
 PRODUCER_SETTINGS = {"acks": "1", "linger.ms": "5", "batch.size": "1000000", "batch.num.messages": "100000",
@@ -145,14 +147,39 @@ def librdkafka_io_cpu_s() -> float:
     return used
 
 
-def produce(config: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float, float, float]:
+def kafka_python_produce(config: dict[str, str], topic: str, value: bytes, records: int) -> None:
+    """``records`` copies of ``value`` with kafka-python, acks=1, batches and linger as PRODUCER_SETTINGS."""
+    from kafka import KafkaProducer
+
+    settings: dict[str, Any] = {"bootstrap_servers": config["bootstrap.servers"], "acks": 1, "linger_ms": 5,
+                                "batch_size": 1_000_000, "max_request_size": 10_000_000,
+                                "request_timeout_ms": 120_000, "delivery_timeout_ms": 300_000}
+    if config.get("security.protocol") == "SASL_SSL":
+        settings.update(security_protocol="SASL_SSL", ssl_cafile=config["ssl.ca.location"],
+                        sasl_mechanism=config["sasl.mechanisms"], sasl_plain_username=config["sasl.username"],
+                        sasl_plain_password=config["sasl.password"])
+    producer = KafkaProducer(**settings)
+    try:
+        futures = [producer.send(topic, value, partition=0) for _ in range(records)]
+        producer.flush(300)
+        for future in futures:
+            future.get(0)  # raises if the record was not delivered
+    finally:
+        producer.close(10)
+
+
+def produce(config: dict[str, str], topic: str, records: int, pid: int, value_bytes: int,
+            client: str) -> tuple[float, float, float, float]:
     """(records per second, broker, client and client-librdkafka-broker-thread CPU microseconds per record)."""
     create_topic(config, topic)
-    producer = Producer({**config, **PRODUCER_SETTINGS})
-    value = b"v" * VALUE_BYTES
+    value = b"v" * value_bytes
     cpu, client_cpu, io_cpu = broker_cpu_s(pid), client_cpu_s(), librdkafka_io_cpu_s()
     started = time.perf_counter()
-    produce_values(producer, topic, value, records)
+    if client == "kafka-python":
+        kafka_python_produce(config, topic, value, records)
+    else:
+        producer = Producer({**config, **PRODUCER_SETTINGS})
+        produce_values(producer, topic, value, records)
     elapsed = time.perf_counter() - started
     io_used = librdkafka_io_cpu_s() - io_cpu  # before the producer (and its threads) goes
     return (records / elapsed, (broker_cpu_s(pid) - cpu) / records * 1e6, (client_cpu_s() - client_cpu) / records * 1e6,
@@ -257,9 +284,11 @@ async def tls_session(listeners: Listeners) -> dict[str, str]:
         writer.close()
 
 
-def one_run(number: int, listeners: Listeners, records: int, handshake_count: int, pid: int) -> dict[str, Any]:
+def one_run(number: int, listeners: Listeners, records: int, handshake_count: int, pid: int, value_bytes: int,
+            client: str) -> dict[str, Any]:
     order = ("PLAINTEXT", "SASL_SSL") if number % 2 == 0 else ("SASL_SSL", "PLAINTEXT")
-    produce_runs = {name: produce(listeners.config[name], f"produce-{name.lower()}-{number}", records, pid)
+    produce_runs = {name: produce(listeners.config[name], f"produce-{name.lower()}-{number}", records, pid,
+                                  value_bytes, client)
                     for name in order}
     fetch_order = ("PLAINTEXT", "SSL") if number % 2 == 0 else ("SSL", "PLAINTEXT")
     topic = f"produce-plaintext-{number}"
@@ -298,6 +327,8 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "security_overhead.json")
     parser.add_argument("--ssl-enabled-protocols", default="",
                         help="the broker's ssl.enabled.protocols (default: the broker's default, TLSv1.2,TLSv1.3)")
+    parser.add_argument("--value-bytes", type=int, default=VALUE_BYTES, help="the size of each produced value")
+    parser.add_argument("--client", choices=CLIENTS, default=CLIENTS[0], help="the producing client")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="floe-security-bench-") as directory:
         stack, listeners = start_stack(Path(directory), args.ssl_enabled_protocols)
@@ -305,7 +336,8 @@ def main() -> None:
             pid = stack.processes[1].pid
             negotiated = asyncio.run(tls_session(listeners))
             print(f"TLS session with the SSL listener: {negotiated}", flush=True)
-            runs = [one_run(number, listeners, args.records, args.handshakes, pid) for number in range(args.runs)]
+            runs = [one_run(number, listeners, args.records, args.handshakes, pid, args.value_bytes, args.client)
+                    for number in range(args.runs)]
         finally:
             stack.stop(save_state=False)
 
@@ -320,7 +352,7 @@ def main() -> None:
 
     result = {
         **result_header("security_overhead"),
-        "records": args.records, "value_bytes": VALUE_BYTES, "handshakes": args.handshakes,
+        "records": args.records, "value_bytes": args.value_bytes, "producing_client": args.client, "handshakes": args.handshakes,
         "broker_ssl_enabled_protocols": args.ssl_enabled_protocols or "default (TLSv1.2,TLSv1.3)",
         "tls_session": negotiated,
         "median": {
