@@ -424,7 +424,17 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], 
     return result
 
 
-def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, control: bool) -> None:
+def side_settings(side: str, control: bool, bisect: str | None) -> dict[str, str]:
+    """A side's broker settings, of the same length on both sides (a process's argv and environment sit
+    at the top of its stack, and their length moves its alignment: see the module doc): "00" is port 0.
+    ``bisect``: both sides with metrics on, the "off" side with the parts ``bisect`` leaves out."""
+    if bisect is not None:
+        return {"metrics.port": "00", "floe.metrics.bisect": "RTEL" if side == "on" else bisect}
+    return {"metrics.port": "00" if side == "on" and not control else "-1", "floe.metrics.bisect": "RTEL"}
+
+
+def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, control: bool,
+                    bisect: str | None = None) -> None:
     """Stop both brokers and start new processes for run ``number``, so that every run meets a new pair of
     processes: a broker process keeps a speed of its own for its whole life, a few per cent either
     way, and brokers kept for a whole bench carry that difference into every run of it. Every second
@@ -436,7 +446,7 @@ def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, co
     if number % 2 == 0:
         stacks["on"], stacks["off"] = stacks["off"], stacks["on"]
     for side, stack in stacks.items():
-        stack.overrides["metrics.port"] = "0" if side == "on" and not control else "-1"
+        stack.overrides.update(side_settings(side, control, bisect))
     order = SIDES if number % 2 == 0 else SIDES[::-1]
     for side in order:
         stacks[side].kill_broker(1, signal.SIGTERM)
@@ -444,7 +454,7 @@ def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, co
         stacks[side].restart_broker(1)
         if pinned:
             pin(stacks[side].processes[1].pid, BROKER_CPUS)
-    if stacks["off"].processes[1].metrics_port is not None:
+    if stacks["off"].processes[1].metrics_port is not None and bisect is None:
         raise RuntimeError("the 'off' broker serves metrics")
     time.sleep(SETTLE_S)
 
@@ -485,6 +495,9 @@ def main() -> None:
                         help="both stacks with metrics off: the ratios the bench reads when nothing differs")
     parser.add_argument("--keep-brokers", dest="fresh_brokers", action="store_false",
                         help="keep one broker process per side for the whole bench (default: new ones for every run)")
+    parser.add_argument("--bisect", default=None,
+                        help="both sides with metrics on, the 'off' side with floe.metrics.bisect set to this "
+                             "(RTEL with letters replaced by '-': the parts it leaves out)")
     parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
     args = parser.parse_args()
     counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests,
@@ -493,13 +506,14 @@ def main() -> None:
     if unknown := [name for name in workloads if name not in WORKLOADS]:
         parser.error(f"unknown workloads {unknown}; choose from {list(WORKLOADS)}")
     with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
-        stacks = {side: LocalStack(directory=Path(directory) / side, brokers=1,
-                                   overrides={"metrics.port": "0" if side == "on" and not args.control else "-1"})
-                  for side in SIDES}
+        # directories of the same name length (their paths are in the brokers' argv)
+        stacks = {side: LocalStack(directory=Path(directory) / f"stack-{index}", brokers=1,
+                                   overrides=side_settings(side, args.control, args.bisect))
+                  for index, side in enumerate(SIDES)}
         try:
             for stack in stacks.values():
                 stack.start()
-            if stacks["off"].processes[1].metrics_port is not None:
+            if stacks["off"].processes[1].metrics_port is not None and args.bisect is None:
                 raise RuntimeError("the 'off' broker serves metrics")
             idle = idle_cpu_ms_per_s(stacks)
             bursts = {name: max(1, int(counts[name] * args.burst)) for name in workloads}
@@ -510,7 +524,7 @@ def main() -> None:
             runs = []
             for number in range(args.runs):
                 if number and args.fresh_brokers:
-                    restart_brokers(stacks, number, pinned, args.control)
+                    restart_brokers(stacks, number, pinned, args.control, args.bisect)
                 runs.append(one_run(number, stacks, counts, args.scrape_interval, workloads, args.order, bursts,
                                     pinned))
                 runs[-1]["broker_pids"] = {side: stacks[side].processes[1].pid for side in SIDES}
@@ -528,6 +542,7 @@ def main() -> None:
         "pinned": {"brokers": sorted(BROKER_CPUS), "producer": sorted(PRODUCER_CPUS)} if pinned else None,
         "fresh_brokers": args.fresh_brokers,
         "control": args.control,  # true: both sides had metrics off
+        "bisect": args.bisect,  # set: both sides had metrics on, the "off" side without these parts
         "idle_broker_cpu_ms_per_s": idle,
         "spread": {
             **{f"{name}_ratio_on_over_off": _spread([run[name]["ratio"] for run in runs]) for name in workloads},

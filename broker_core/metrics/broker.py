@@ -111,6 +111,7 @@ class BrokerMetrics:
 
     def __init__(self, *, enabled: bool = True, slow_request_ms: int = -1) -> None:
         self.enabled = enabled
+        self.bisect_requests = self.bisect_topics = self.bisect_lag = True
         self.slow_request_ms = slow_request_ms
         self._slow_s = slow_request_ms / 1000.0 if slow_request_ms >= 0 else math.inf
         self.registry = CollectorRegistry(auto_describe=False)
@@ -178,7 +179,7 @@ class BrokerMetrics:
         """The topic's BrokerTopicMetrics children (bound on first use)."""
         bound = self._topics.get(name)
         if bound is None:
-            if not self.enabled:
+            if not self.enabled or not self.bisect_topics:
                 return NULL_TOPIC
             bound = self._topics[name] = TopicMetrics(
                 self._messages_in.labels(name), self._bytes_in.labels(name), self._bytes_out.labels(name),
@@ -200,7 +201,7 @@ class BrokerMetrics:
         key = api_key << 17 | version << 1 | follower  # an int: no tuple to build and hash per request
         bound = self._requests.get(key)
         if bound is None:
-            if not self.enabled and self.slow_request_ms < 0:  # the slow-request log needs the timing
+            if (not self.enabled or not self.bisect_requests) and self.slow_request_ms < 0:  # the slow-request log needs the timing
                 return NULL_REQUEST
             name = kafka_request_name(api_names(api_key), follower)
             bound = self._requests[key] = RequestMetrics(

@@ -51,6 +51,14 @@ async def run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
+
+    def bisect_toggle(on: bool) -> None:  # TEMPORARY (metrics overhead bisection): request path parts on/off
+        broker.metrics.bisect_requests = broker.metrics.bisect_topics = on
+        broker.metrics._requests.clear()
+        broker.metrics._topics.clear()
+
+    loop.add_signal_handler(signal.SIGUSR1, bisect_toggle, False)
+    loop.add_signal_handler(signal.SIGUSR2, bisect_toggle, True)
     await broker.start()
     if args.ready_file:
         tmp = args.ready_file.with_suffix(".tmp")
