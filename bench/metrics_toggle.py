@@ -132,10 +132,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400, help="one-record requests per burst")
     parser.add_argument("--records", type=int, default=2000, help="librdkafka small-request records per burst")
     parser.add_argument("--workloads", default="one_record_requests,small_requests")
+    parser.add_argument("--parts", default="RT",
+                        help="the parts switched: R request times, T topic counters, E endpoint, L lag sampler")
     parser.add_argument("--output", default="metrics_toggle.json")
     args = parser.parse_args()
+    os.environ["FLOE_BISECT_TOGGLE"] = args.parts  # read by the broker's temporary signal handler
     pinned = len(os.sched_getaffinity(0)) >= 2
-    result: dict[str, Any] = {**result_header("metrics_toggle"), "bursts": args.bursts,
+    result: dict[str, Any] = {**result_header("metrics_toggle"), "bursts": args.bursts, "parts": args.parts,
                               "load_average_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="floe-metrics-toggle-") as directory:
         stack = LocalStack(directory=Path(directory) / "stack", brokers=1, overrides={"metrics.port": "00"})
@@ -147,8 +150,8 @@ def main() -> None:
                 os.sched_setaffinity(0, PRODUCER_CPUS)
             for name in args.workloads.split(","):
                 topic = f"toggle-{name}"
-                AdminClient({"bootstrap.servers": stack.bootstrap_servers}).create_topics(
-                    [NewTopic(topic, 1, 1)])[topic].result(60)
+                admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})  # kept until the future is done
+                admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
                 time.sleep(1.0)
                 if name == "one_record_requests":
                     bursts = one_record(stack, pid, topic, args.bursts, args.requests)
