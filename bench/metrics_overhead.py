@@ -428,6 +428,8 @@ def side_settings(side: str, control: bool, bisect: str | None) -> dict[str, str
     """A side's broker settings, of the same length on both sides (a process's argv and environment sit
     at the top of its stack, and their length moves its alignment: see the module doc): "00" is port 0.
     ``bisect``: both sides with metrics on, the "off" side with the parts ``bisect`` leaves out."""
+    if bisect == "toggled":  # both start alike; the "off" one has its parts switched off by SIGUSR1 once started
+        return {"metrics.port": "00", "floe.metrics.bisect": "RTEL"}
     if bisect is not None:
         return {"metrics.port": "00", "floe.metrics.bisect": "RTEL" if side == "on" else bisect}
     return {"metrics.port": "00" if side == "on" and not control else "-1", "floe.metrics.bisect": "RTEL"}
@@ -456,6 +458,8 @@ def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, co
             pin(stacks[side].processes[1].pid, BROKER_CPUS)
     if stacks["off"].processes[1].metrics_port is not None and bisect is None:
         raise RuntimeError("the 'off' broker serves metrics")
+    if bisect == "toggled":
+        os.kill(stacks["off"].processes[1].pid, signal.SIGUSR1)
     time.sleep(SETTLE_S)
 
 
@@ -500,6 +504,7 @@ def main() -> None:
                              "(RTEL with letters replaced by '-': the parts it leaves out)")
     parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
     args = parser.parse_args()
+    os.environ["FLOE_BISECT_TOGGLE"] = "RTEL"  # the brokers' temporary SIGUSR1/2 handler: every part
     counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests,
               "one_record_requests": args.fixed_requests}
     workloads = [name.strip() for name in args.workloads.split(",") if name.strip()]
@@ -515,6 +520,8 @@ def main() -> None:
                 stack.start()
             if stacks["off"].processes[1].metrics_port is not None and args.bisect is None:
                 raise RuntimeError("the 'off' broker serves metrics")
+            if args.bisect == "toggled":
+                os.kill(stacks["off"].processes[1].pid, signal.SIGUSR1)
             idle = idle_cpu_ms_per_s(stacks)
             bursts = {name: max(1, int(counts[name] * args.burst)) for name in workloads}
             pinned = args.pin and args.order == "interleaved" and len(os.sched_getaffinity(0)) >= 2
