@@ -424,19 +424,13 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], 
     return result
 
 
-def side_settings(side: str, control: bool, bisect: str | None) -> dict[str, str]:
-    """A side's broker settings, of the same length on both sides (a process's argv and environment sit
-    at the top of its stack, and their length moves its alignment: see the module doc): "00" is port 0.
-    ``bisect``: both sides with metrics on, the "off" side with the parts ``bisect`` leaves out."""
-    if bisect == "toggled":  # both start alike; the "off" one has its parts switched off by SIGUSR1 once started
-        return {"metrics.port": "00", "floe.metrics.bisect": "RTEL"}
-    if bisect is not None:
-        return {"metrics.port": "00", "floe.metrics.bisect": "RTEL" if side == "on" else bisect}
-    return {"metrics.port": "00" if side == "on" and not control else "-1", "floe.metrics.bisect": "RTEL"}
+def side_settings(side: str, control: bool) -> dict[str, str]:
+    """A side's broker settings, of the same length on both sides: a process's argv and environment sit at
+    the top of its stack, and their length moves its alignment (see the module doc); "00" is port 0."""
+    return {"metrics.port": "00" if side == "on" and not control else "-1"}
 
 
-def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, control: bool,
-                    bisect: str | None = None) -> None:
+def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, control: bool) -> None:
     """Stop both brokers and start new processes for run ``number``, so that every run meets a new pair of
     processes: a broker process keeps a speed of its own for its whole life, a few per cent either
     way, and brokers kept for a whole bench carry that difference into every run of it. Every second
@@ -448,7 +442,7 @@ def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, co
     if number % 2 == 0:
         stacks["on"], stacks["off"] = stacks["off"], stacks["on"]
     for side, stack in stacks.items():
-        stack.overrides.update(side_settings(side, control, bisect))
+        stack.overrides.update(side_settings(side, control))
     order = SIDES if number % 2 == 0 else SIDES[::-1]
     for side in order:
         stacks[side].kill_broker(1, signal.SIGTERM)
@@ -456,10 +450,8 @@ def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, co
         stacks[side].restart_broker(1)
         if pinned:
             pin(stacks[side].processes[1].pid, BROKER_CPUS)
-    if stacks["off"].processes[1].metrics_port is not None and bisect is None:
+    if stacks["off"].processes[1].metrics_port is not None:
         raise RuntimeError("the 'off' broker serves metrics")
-    if bisect == "toggled":
-        os.kill(stacks["off"].processes[1].pid, signal.SIGUSR1)
     time.sleep(SETTLE_S)
 
 
@@ -499,12 +491,8 @@ def main() -> None:
                         help="both stacks with metrics off: the ratios the bench reads when nothing differs")
     parser.add_argument("--keep-brokers", dest="fresh_brokers", action="store_false",
                         help="keep one broker process per side for the whole bench (default: new ones for every run)")
-    parser.add_argument("--bisect", default=None,
-                        help="both sides with metrics on, the 'off' side with floe.metrics.bisect set to this "
-                             "(RTEL with letters replaced by '-': the parts it leaves out)")
     parser.add_argument("--output", default="metrics_overhead.json", help="file name under bench/results/")
     args = parser.parse_args()
-    os.environ["FLOE_BISECT_TOGGLE"] = "RTEL"  # the brokers' temporary SIGUSR1/2 handler: every part
     counts = {"batched": args.records, "small_requests": args.small_records, "fixed_requests": args.fixed_requests,
               "one_record_requests": args.fixed_requests}
     workloads = [name.strip() for name in args.workloads.split(",") if name.strip()]
@@ -513,15 +501,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
         # directories of the same name length (their paths are in the brokers' argv)
         stacks = {side: LocalStack(directory=Path(directory) / f"stack-{index}", brokers=1,
-                                   overrides=side_settings(side, args.control, args.bisect))
+                                   overrides=side_settings(side, args.control))
                   for index, side in enumerate(SIDES)}
         try:
             for stack in stacks.values():
                 stack.start()
-            if stacks["off"].processes[1].metrics_port is not None and args.bisect is None:
+            if stacks["off"].processes[1].metrics_port is not None:
                 raise RuntimeError("the 'off' broker serves metrics")
-            if args.bisect == "toggled":
-                os.kill(stacks["off"].processes[1].pid, signal.SIGUSR1)
             idle = idle_cpu_ms_per_s(stacks)
             bursts = {name: max(1, int(counts[name] * args.burst)) for name in workloads}
             pinned = args.pin and args.order == "interleaved" and len(os.sched_getaffinity(0)) >= 2
@@ -531,7 +517,7 @@ def main() -> None:
             runs = []
             for number in range(args.runs):
                 if number and args.fresh_brokers:
-                    restart_brokers(stacks, number, pinned, args.control, args.bisect)
+                    restart_brokers(stacks, number, pinned, args.control)
                 runs.append(one_run(number, stacks, counts, args.scrape_interval, workloads, args.order, bursts,
                                     pinned))
                 runs[-1]["broker_pids"] = {side: stacks[side].processes[1].pid for side in SIDES}
@@ -549,7 +535,6 @@ def main() -> None:
         "pinned": {"brokers": sorted(BROKER_CPUS), "producer": sorted(PRODUCER_CPUS)} if pinned else None,
         "fresh_brokers": args.fresh_brokers,
         "control": args.control,  # true: both sides had metrics off
-        "bisect": args.bisect,  # set: both sides had metrics on, the "off" side without these parts
         "idle_broker_cpu_ms_per_s": idle,
         "spread": {
             **{f"{name}_ratio_on_over_off": _spread([run[name]["ratio"] for run in runs]) for name in workloads},

@@ -246,9 +246,6 @@ SETTINGS: tuple[Setting, ...] = (
             "Port of the broker's Prometheus endpoint (GET /metrics, on the broker's --host); 0 picks a free port "
             "(the ready file and stack.json name it); negative: no endpoint and no metrics kept (requests are still "
             "timed for floe.request.slow.ms)."),
-    _broker("floe.metrics.bisect", _STRING, "RTEL",
-            "TEMPORARY (bisection of the metrics overhead): the metrics parts kept, R request times, T topic counters, "
-            "E endpoint, L lag sampler; a part's letter replaced by '-' turns it off."),
     _broker("floe.consumer.lag.sample.ms", _INT, 5000,
             "With metrics on, how often a group coordinator samples the latest offset of the partitions its groups "
             "committed to (kafka_consumergroup_lag and _lag_seconds are as fresh as the last sample)."),

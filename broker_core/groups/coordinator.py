@@ -113,7 +113,7 @@ class GroupCoordinator:
             asyncio.create_task(self._every(self.config.get_int("offsets.retention.check.interval.ms") / 1000,
                                             self.offsets.expire_offsets), name="group-offset-expiry"),
         ]
-        if self.context.metrics.enabled and getattr(self.context.metrics, "bisect_lag", True):
+        if self.context.metrics.enabled:
             self._tasks.append(asyncio.create_task(
                 self._every(self.config.get_int("floe.consumer.lag.sample.ms") / 1000, self.lag.sample),
                 name="group-lag-samples"))

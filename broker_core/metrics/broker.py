@@ -111,7 +111,6 @@ class BrokerMetrics:
 
     def __init__(self, *, enabled: bool = True, slow_request_ms: int = -1) -> None:
         self.enabled = enabled
-        self.bisect_requests = self.bisect_topics = self.bisect_lag = True
         self.slow_request_ms = slow_request_ms
         self._slow_s = slow_request_ms / 1000.0 if slow_request_ms >= 0 else math.inf
         self.registry = CollectorRegistry(auto_describe=False)
@@ -179,7 +178,7 @@ class BrokerMetrics:
         """The topic's BrokerTopicMetrics children (bound on first use)."""
         bound = self._topics.get(name)
         if bound is None:
-            if not self.enabled or not self.bisect_topics:
+            if not self.enabled:
                 return NULL_TOPIC
             bound = self._topics[name] = TopicMetrics(
                 self._messages_in.labels(name), self._bytes_in.labels(name), self._bytes_out.labels(name),
@@ -201,7 +200,7 @@ class BrokerMetrics:
         key = api_key << 17 | version << 1 | follower  # an int: no tuple to build and hash per request
         bound = self._requests.get(key)
         if bound is None:
-            if (not self.enabled or not self.bisect_requests) and self.slow_request_ms < 0:  # the slow-request log needs the timing
+            if not self.enabled and self.slow_request_ms < 0:  # the slow-request log needs the timing
                 return NULL_REQUEST
             name = kafka_request_name(api_names(api_key), follower)
             bound = self._requests[key] = RequestMetrics(
@@ -213,8 +212,8 @@ class BrokerMetrics:
         """Count a request whose response was written (``clock.metrics`` says which), and log it if it was slow.
 
         Runs once per request, so it is written for speed: the split of `RequestClock.split_ms`,
-        computed inline in seconds, goes to the time histograms as one extend of their pending values
-        (counted into buckets in bulk: broker_core.metrics.families).
+        computed inline in seconds, goes to the time histograms' pending values (seven stores into an
+        array of doubles, counted into buckets in bulk: broker_core.metrics.families).
         """
         bound: RequestMetrics = clock.metrics
         received = clock.received
@@ -229,10 +228,17 @@ class BrokerMetrics:
         total = sent - received
         bound.requests.value += 1
         times = bound.times
-        pending = times.pending
-        pending += (total, started - received, handling - remote, remote, throttle_s, send_started - ready,
-                    sent - send_started)
-        if len(pending) >= times.limit:
+        values = times.values
+        used = times.used
+        values[used] = total
+        values[used + 1] = started - received
+        values[used + 2] = handling - remote
+        values[used + 3] = remote
+        values[used + 4] = throttle_s
+        values[used + 5] = send_started - ready
+        values[used + 6] = sent - send_started
+        times.used = used = used + 7
+        if used >= times.limit:
             times.fold()
         if total >= self._slow_s:
             bound.slow.inc()

@@ -51,35 +51,6 @@ async def run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-
-    parts_on = os.environ.get("FLOE_BISECT_TOGGLE", "RT")  # same length on every broker of a bench
-
-    def bisect_toggle(on: bool) -> None:  # TEMPORARY (metrics overhead bisection): parts on/off in one process
-        metrics = broker.metrics
-        if "R" in parts_on:
-            metrics.bisect_requests = on
-            metrics._requests.clear()
-        if "T" in parts_on:
-            metrics.bisect_topics = on
-            metrics._topics.clear()
-        endpoint = broker._metrics_endpoint
-        if "E" in parts_on and endpoint is not None:
-            asyncio.ensure_future(endpoint.start() if on else endpoint.stop())
-        if "L" in parts_on:
-            for service in broker.parts.services:
-                tasks = getattr(service, "_tasks", None)
-                if not hasattr(service, "lag") or tasks is None:
-                    continue
-                for task in [t for t in tasks if t.get_name() == "group-lag-samples"]:
-                    task.cancel()
-                    tasks.remove(task)
-                if on:
-                    tasks.append(asyncio.create_task(service._every(
-                        service.config.get_int("floe.consumer.lag.sample.ms") / 1000, service.lag.sample),
-                        name="group-lag-samples"))
-
-    loop.add_signal_handler(signal.SIGUSR1, bisect_toggle, False)
-    loop.add_signal_handler(signal.SIGUSR2, bisect_toggle, True)
     await broker.start()
     if args.ready_file:
         tmp = args.ready_file.with_suffix(".tmp")

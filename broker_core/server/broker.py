@@ -147,12 +147,8 @@ class Broker:
         self.endpoints: dict[str, tuple[str, int]] = {}
         metrics_port = config.get_int("metrics.port")
         self.metrics = BrokerMetrics(enabled=metrics_port >= 0, slow_request_ms=config.get_int("floe.request.slow.ms"))
-        bisect = config.get("floe.metrics.bisect")
-        self.metrics.bisect_requests = "R" in bisect
-        self.metrics.bisect_topics = "T" in bisect
-        self.metrics.bisect_lag = "L" in bisect
         self._metrics_endpoint = (MetricsEndpoint(self.metrics.collect, config.host, metrics_port)
-                                  if metrics_port >= 0 and "E" in bisect else None)
+                                  if metrics_port >= 0 else None)
         self.metrics_port: int | None = None  # bound once started, with an endpoint
 
     def host(self, parts: BrokerParts) -> None:
