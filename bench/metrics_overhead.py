@@ -45,7 +45,13 @@ on/off run of the same command. Every run meets a new pair of broker processes (
 and started again between runs, in turn; ``--keep-brokers`` keeps the first pair for the whole
 bench), and every second run the two stacks swap roles (`restart_brokers`): a broker process keeps
 a speed of its own for its life, and with one pair per bench a control command read one side 1-14 %
-slower in every run (bench/results/metrics_overhead_2026-11-27_bisect_control_2.json). Besides the
+slower in every run (bench/results/metrics_overhead_2026-11-27_bisect_control_2.json). Both brokers'
+command lines have the same length (`side_settings`: port 0 is given as "00" beside "-1", and the stacks'
+directories, which the command line names, are stack-0 and stack-1): the kernel puts a process's
+arguments and environment at the top of its stack, so their length moves the alignment of everything
+below, which can move a program's speed by a few per cent (Mytkowicz et al., ASPLOS 2009); before, the
+"on" broker's command line was 1 byte shorter ("0" against "-1") and the stacks' "on" / "off"
+directories, named twice in it, moved it by 2 bytes more either way. Besides the
 process's CPU, each run records its event-loop thread's (the main thread's run time from
 /proc/PID/task/PID/schedstat, in nanoseconds: ``loop_cpu_*``), to tell the request path from the
 worker threads' DynamoDB and S3 calls. The
