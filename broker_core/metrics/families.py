@@ -12,10 +12,10 @@ topic and per API, so the hot path never builds a label tuple. Not thread-safe: 
 from the event loop that owns the broker (the metrics endpoint runs on it).
 
 Histograms that are always observed together, one value each per event (the seven RequestMetrics
-times of a request), form a `HistogramGroup`: an event appends its values to one list of its label
-set (`PendingObservations`, an array of doubles), and they are counted into the buckets in bulk when the group is
-collected or when `FOLD_AFTER_EVENTS` events wait. A request then costs one list extend instead of
-seven observe calls, and the counting is cheaper in bulk: values under the first bound (most request
+times of a request), form a `HistogramGroup`: an event stores its values in one fixed array of
+doubles of its label set (`PendingObservations`), and they are counted into the buckets in bulk when
+the group is collected or when `FOLD_AFTER_EVENTS` events wait. A request then costs seven stores
+instead of seven observe calls, and the counting is cheaper in bulk: values under the first bound (most request
 times) are counted by one comprehension, the rest sorted and cut by one bisection per bound, sums
 taken by `sum`. Counts are exact: every value is counted, and a scrape counts whatever waits before
 it reads a bucket.
