@@ -45,7 +45,13 @@ on/off run of the same command. Every run meets a new pair of broker processes (
 and started again between runs, in turn; ``--keep-brokers`` keeps the first pair for the whole
 bench), and every second run the two stacks swap roles (`restart_brokers`): a broker process keeps
 a speed of its own for its life, and with one pair per bench a control command read one side 1-14 %
-slower in every run (bench/results/metrics_overhead_2026-11-27_bisect_control_2.json). Besides the
+slower in every run (bench/results/metrics_overhead_2026-11-27_bisect_control_2.json). Both brokers'
+command lines have the same length (`side_settings`: port 0 is given as "00" beside "-1", and the stacks'
+directories, which the command line names, are stack-0 and stack-1): the kernel puts a process's
+arguments and environment at the top of its stack, so their length moves the alignment of everything
+below, which can move a program's speed by a few per cent (Mytkowicz et al., ASPLOS 2009); before, the
+"on" broker's command line was 1 byte shorter ("0" against "-1") and the stacks' "on" / "off"
+directories, named twice in it, moved it by 2 bytes more either way. Besides the
 process's CPU, each run records its event-loop thread's (the main thread's run time from
 /proc/PID/task/PID/schedstat, in nanoseconds: ``loop_cpu_*``), to tell the request path from the
 worker threads' DynamoDB and S3 calls. The
@@ -424,6 +430,12 @@ def one_run(number: int, stacks: dict[str, LocalStack], counts: dict[str, int], 
     return result
 
 
+def side_settings(side: str, control: bool) -> dict[str, str]:
+    """A side's broker settings, of the same length on both sides: a process's argv and environment sit at
+    the top of its stack, and their length moves its alignment (see the module doc); "00" is port 0."""
+    return {"metrics.port": "00" if side == "on" and not control else "-1"}
+
+
 def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, control: bool) -> None:
     """Stop both brokers and start new processes for run ``number``, so that every run meets a new pair of
     processes: a broker process keeps a speed of its own for its whole life, a few per cent either
@@ -436,7 +448,7 @@ def restart_brokers(stacks: dict[str, LocalStack], number: int, pinned: bool, co
     if number % 2 == 0:
         stacks["on"], stacks["off"] = stacks["off"], stacks["on"]
     for side, stack in stacks.items():
-        stack.overrides["metrics.port"] = "0" if side == "on" and not control else "-1"
+        stack.overrides.update(side_settings(side, control))
     order = SIDES if number % 2 == 0 else SIDES[::-1]
     for side in order:
         stacks[side].kill_broker(1, signal.SIGTERM)
@@ -493,9 +505,10 @@ def main() -> None:
     if unknown := [name for name in workloads if name not in WORKLOADS]:
         parser.error(f"unknown workloads {unknown}; choose from {list(WORKLOADS)}")
     with tempfile.TemporaryDirectory(prefix="floe-metrics-bench-") as directory:
-        stacks = {side: LocalStack(directory=Path(directory) / side, brokers=1,
-                                   overrides={"metrics.port": "0" if side == "on" and not args.control else "-1"})
-                  for side in SIDES}
+        # directories of the same name length (their paths are in the brokers' argv)
+        stacks = {side: LocalStack(directory=Path(directory) / f"stack-{index}", brokers=1,
+                                   overrides=side_settings(side, args.control))
+                  for index, side in enumerate(SIDES)}
         try:
             for stack in stacks.values():
                 stack.start()

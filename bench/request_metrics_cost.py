@@ -25,6 +25,7 @@ import random
 import statistics
 import sys
 import time
+from array import array
 from pathlib import Path
 from time import perf_counter
 
@@ -71,7 +72,8 @@ def worst_case_fold_us(rounds: int) -> float:
     values = [rng.uniform(0.0006, 0.2) for _ in range(FOLD_AFTER_EVENTS * len(bound.times.children))]
     timings = []
     for _ in range(rounds):
-        bound.times.pending[:] = values
+        bound.times.values[:] = array("d", values)
+        bound.times.used = len(values)
         started = time.process_time()
         bound.times.fold()
         timings.append((time.process_time() - started) / FOLD_AFTER_EVENTS * 1e6)

@@ -62,6 +62,20 @@ def test_a_histogram_group_counts_every_event_into_the_buckets_observe_would_cho
         assert count_sum[f"g{i}_ms_sum"] == pytest.approx(child.sum)
 
 
+def test_an_event_with_too_few_or_too_many_values_is_refused_and_nothing_of_it_waits() -> None:
+    families = Families()
+    group = families.histogram_group([families.histogram(f"w{i}_ms", "doc", ("request",), (1.0,)) for i in range(2)])
+    pending = group.labels("Produce")
+    pending.observe(0.5, 2.0)
+    for wrong in ((0.5,), (0.5, 0.5, 0.5)):
+        with pytest.raises(ValueError, match="values for a group of 2"):
+            pending.observe(*wrong)
+    assert pending.used == 2
+    counts = {(m.name, s.labels["le"]): s.value for m in families.collect() for s in m.samples
+              if s.name.endswith("_bucket")}
+    assert counts == {("w0_ms", "1.0"): 1, ("w0_ms", "+Inf"): 1, ("w1_ms", "1.0"): 0, ("w1_ms", "+Inf"): 1}
+
+
 def _holding(name: str, bounds: tuple[float, ...], child: object) -> HistogramFamily:
     family = HistogramFamily(name, "doc", ("request",), bounds)
     family.children[("Produce",)] = child
