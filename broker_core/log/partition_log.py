@@ -13,6 +13,7 @@ it: `append` (batch checks and offset assignment), `recovery` (opening after a c
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import threading
 import time
@@ -89,6 +90,11 @@ class SegmentSwap(FileStep):
     def __init__(self, segment: Segment, steps: Callable[[], None] | None) -> None:
         super().__init__(steps)
         self.segment = segment
+
+
+def _close_and_delete(segments: list[Segment]) -> None:
+    for segment in segments:
+        segment.close_and_delete()
 
 
 class PendingAppend(FileStep):
@@ -1007,8 +1013,17 @@ class PartitionLog:
             self._directory_dirty = True
 
     def delete_expired_segments(self) -> None:
-        """Close and unlink retired segments whose file.delete.delay.ms has passed."""
-        self._retired.delete_expired()
+        """Close and unlink retired segments whose file.delete.delay.ms has passed: on the owner's worker
+        thread when it gives one (`run_in_background`), since unlinking a large file waits on the file
+        system's journal; nothing in the log refers to them any more, and readers' slices of them have
+        had the delay to finish."""
+        due = self._retired.take_expired()
+        if not due:
+            return
+        if self.run_in_background is None:
+            _close_and_delete(due)
+        else:
+            self.run_in_background(functools.partial(_close_and_delete, due))
 
     def _truncate_cleaner_checkpoint(self, offset: int) -> None:
         """Pull a compacted log's first dirty offset back to ``offset``: what is appended after a truncation is dirty."""

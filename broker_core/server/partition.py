@@ -59,7 +59,7 @@ def _report_flush_failure(future: Future) -> None:
     error = future.exception()
     if error is not None:
         # The recovery point stays where it was, so recovery re-validates these segments after a crash.
-        log.error("a segment roll's background flush failed: %r", error)
+        log.error("a log's background file step (a roll's flush, or unlinking retired segments) failed: %r", error)
 
 _WAITER_NUMBERS = itertools.count()
 PARTITION_METADATA_FILE = "partition.metadata"
