@@ -20,9 +20,10 @@ waits out the debt (`wait_s`) before fetching them again.
 
 Kafka measures the rate instead, over ``replication.quota.window.num`` windows of
 ``replication.quota.window.size.seconds``, counting at least ``num - 1`` whole windows
-(`Rate.windowSize`; newer versions count one window while the very first one runs): a move that
-starts from idle is measured over ten seconds it has not yet run, so it runs unthrottled until it
-has moved about ten seconds' worth (a 1 GiB move under 50 MB/s averaged 67 MiB/s). Floe holds a
+(`Rate.windowSize`; a later variant counts a single window while the rate's very first window runs,
+which only moves the burst one window on): a move that starts from idle is measured over ten seconds
+it has not yet run, so it runs unthrottled until it has moved about ten seconds' worth (a 1 GiB move
+under 50 MB/s averaged 67 MiB/s). Floe holds a
 move at the rate from its start instead; the window settings no longer shape the replication
 throttles. Not thread safe: used from the broker's event loop.
 """
@@ -103,13 +104,11 @@ def lists_replica(text: str, partition: int, broker_id: int) -> bool:
 class ReplicationQuota:
     """One direction's broker-wide throttle: a token bucket of the bytes recorded for throttled
     replicas, refilled at the rate ``quota()`` reads now (a dynamic broker config, so it can change
-    between calls; see the module doc). ``config`` is accepted as Kafka's window settings; the bucket
-    does not use it."""
+    between calls; see the module doc)."""
 
-    def __init__(self, config: WindowConfig, quota: Callable[[], float], now_s: float) -> None:
-        self.config = config
+    def __init__(self, quota: Callable[[], float], now_s: float) -> None:
         self.quota = quota
-        self._bucket = TokenBucket(config, quota(), now_s, burst_s=BURST_S)
+        self._bucket = TokenBucket(WindowConfig(samples=1, window_s=BURST_S), quota(), now_s, burst_s=BURST_S)
 
     def limited(self) -> bool:
         """Whether a quota is set at all (the default, Long.MAX_VALUE, is none)."""

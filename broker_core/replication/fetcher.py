@@ -53,7 +53,6 @@ from broker_core.protocol.replica_fetch import (
     encode_replica_fetch,
     parse_fetch_response,
 )
-from broker_core.quotas.rates import WindowConfig
 from broker_core.quotas.replication import FOLLOWER_RATE, FOLLOWER_REPLICAS, ReplicationQuota, lists_replica
 from broker_core.records.errors import RecordsError
 
@@ -468,7 +467,6 @@ class ReplicaFetcherManager:
         config = context.config
         # One follower throttle for the broker, shared by its fetchers (broker_core.quotas.replication).
         self.throttle = ReplicationQuota(
-            WindowConfig(config.get_int("replication.quota.window.num"), config.get_int("replication.quota.window.size.seconds")),
             lambda: float(config.live(FOLLOWER_RATE, context.image.broker_configs)), time.monotonic())
 
     async def update(self) -> None:

@@ -47,7 +47,6 @@ from broker_core.protocol.messages import (
 from broker_core.quotas.admin import QuotaFilter, describe, parse_alteration
 from broker_core.quotas.entities import REQUEST_PERCENTAGE, QuotaEntityError, client_identity
 from broker_core.quotas.loop_time import LoopTimed
-from broker_core.quotas.rates import WindowConfig
 from broker_core.quotas.replication import (
     LEADER_RATE,
     LEADER_REPLICAS,
@@ -124,7 +123,6 @@ class RequestHandlers:
         config = context.config
         # Leader side of the replication throttle (broker_core.quotas.replication).
         self.leader_throttle = ReplicationQuota(
-            WindowConfig(config.get_int("replication.quota.window.num"), config.get_int("replication.quota.window.size.seconds")),
             lambda: float(config.live(LEADER_RATE, context.image.broker_configs)), time.monotonic())
         self.table: dict[int, Handler] = {
             ApiKey.PRODUCE: self.produce,

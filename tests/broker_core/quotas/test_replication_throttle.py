@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.quotas.rates import WindowConfig
 from broker_core.quotas.replication import (
     BURST_S,
     ReplicationQuota,
@@ -41,7 +40,7 @@ def test_a_malformed_list_is_refused_naming_the_entry(text: str) -> None:
 
 def test_the_quota_is_exceeded_while_the_bytes_recorded_are_ahead_of_the_rate_read_now() -> None:
     rate = [1000.0]
-    quota = ReplicationQuota(WindowConfig(), lambda: rate[0], now_s=0.0)
+    quota = ReplicationQuota(lambda: rate[0], now_s=0.0)
     assert quota.limited() and not quota.exceeded(0.0)
     quota.record(900, 0.0)  # the bucket held 100 bytes (BURST_S of the rate): 800 in debt
     assert quota.exceeded(0.5) and quota.wait_s(0.5) == pytest.approx(0.3)
@@ -56,7 +55,7 @@ def test_the_quota_is_exceeded_while_the_bytes_recorded_are_ahead_of_the_rate_re
 
 def test_a_throttled_fetch_asks_for_at_most_a_burst_of_the_rate() -> None:
     rate = [1_000_000.0]
-    quota = ReplicationQuota(WindowConfig(), lambda: rate[0], now_s=0.0)
+    quota = ReplicationQuota(lambda: rate[0], now_s=0.0)
     assert quota.fetch_bytes(1 << 20) == int(1_000_000 * BURST_S)
     rate[0] = 100e6
     assert quota.fetch_bytes(1 << 20) == 1 << 20
@@ -107,7 +106,7 @@ def test_a_move_from_idle_is_held_to_the_rate_over_every_interval_from_its_start
         rate: float, batch: int, round_trip_s: float) -> None:
     # The broker's throttle has been idle for a minute when the move starts (Kafka's sampled rate
     # would let about ten seconds' worth through at once here).
-    quota = ReplicationQuota(WindowConfig(), lambda: rate, now_s=0.0)
+    quota = ReplicationQuota(lambda: rate, now_s=0.0)
     total = int(rate * 30)
     progress = copy_under_throttle(quota, total, batch=batch, round_trip_s=round_trip_s, start_s=60.0)
     one_fetch = max(quota.fetch_bytes(1 << 20), batch)
@@ -119,7 +118,7 @@ def test_a_move_from_idle_is_held_to_the_rate_over_every_interval_from_its_start
 
 def test_a_rate_changed_during_a_move_holds_from_the_change() -> None:
     rate = [40e6]
-    quota = ReplicationQuota(WindowConfig(), lambda: rate[0], now_s=0.0)
+    quota = ReplicationQuota(lambda: rate[0], now_s=0.0)
     progress = copy_under_throttle(quota, int(40e6 * 10 + 10e6 * 10), batch=1 << 20, round_trip_s=0.002,
                                    start_s=0.0, change=(10.0, rate, 10e6))
     after = [(t, copied) for t, copied in progress if t >= 10.2]
