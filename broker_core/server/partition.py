@@ -409,17 +409,22 @@ class Partition:
         self._after_follower_append(validated)
         return info
 
-    async def append_replicated(self, records: bytes | memoryview) -> AppendInfo:
+    async def append_replicated(self, records: bytes | memoryview) -> AppendInfo | None:
         """`append_as_follower` for the replica fetcher: an append of REPLICA_APPEND_OFF_LOOP_BYTES or
         more has its batches checked (CRC-32C) and its bytes written on a worker thread, while the
         event loop serves other requests; the checks that read the log's state, a roll and the new
         leader epochs stay on the loop, and so does taking the append in (`PartitionLog.finish_append`,
-        which any other change to the log does first). ``records`` must stay unchanged until it returns."""
+        which any other change to the log does first). None, with nothing appended, if the replica
+        became leader or followed a new leader epoch while its batches were checked. ``records`` must
+        stay unchanged until it returns."""
         if len(records) < REPLICA_APPEND_OFF_LOOP_BYTES:
             return self.append_as_follower(records)
         loop = asyncio.get_running_loop()
+        epoch = self.leader_epoch
         validated = await loop.run_in_executor(
             _REPLICA_APPEND_THREADS, functools.partial(self.log.validate, records, as_leader=False))
+        if self.is_leader or self.leader_epoch != epoch:
+            return None
         pending = self.log.begin_append_as_follower(
             validated, on_taken_in=lambda _: self._after_follower_append(validated))
         if not isinstance(pending, PendingAppend):
