@@ -145,7 +145,9 @@ class PartitionLog:
     and close must be serialised by the caller (the broker makes them all on its event loop thread).
     read, read_bytes, offset_for_timestamp and the offset properties may run concurrently with the
     writer from other threads: the segment list is replaced, never mutated in place, and each segment publishes its end
-    atomically. A FileSlice's descriptor stays open for ``file.delete.delay.ms`` after its segment
+    atomically. A follower's append may have its bytes written by another thread between
+    `begin_append_as_follower` and `finish_append` (`PendingAppend`); readers do not see them until
+    the writer takes the append in, and every writer-side method above takes it in first. A FileSlice's descriptor stays open for ``file.delete.delay.ms`` after its segment
     leaves the log (retention, truncation): the files are renamed to ``*.deleted`` at once and closed
     and unlinked by `delete_expired_segments` (called by the writer-side methods above) once the
     delay has passed, or by `close`. Truncating the active segment shortens its file in place, so a
