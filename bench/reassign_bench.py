@@ -16,7 +16,15 @@ copied), three phases per run:
 The move's time runs from the AlterPartitionReassignments answer to the first ListPartitionReassignments
 that no longer lists it. The probe's p99 during each move is compared with the idle phase's: the throttle
 holds the copy to its rate, and the probe's own replication (its followers are in sync) is never throttled.
-Medians over ``--runs`` runs go to bench/results/reassign_bench.json.
+
+Whether the throttle holds over short intervals, not only on average: during each move a thread reads
+the size of the partition's segment files on the target broker's disk every 100 ms, and the run
+records the most bytes copied in any 2 s and any 5 s interval, divided by what the throttle allows in
+that time (1.0 = exactly the throttle). Each phase also records both brokers' event-loop lag
+(floe_event_loop_lag_seconds, sampled every 10 ms) and CPU seconds. ``--py-spy DIR`` records both
+brokers' stacks (py-spy, raw folded, per thread) during each throttled move into DIR.
+
+Medians over ``--runs`` runs go to bench/results/reassign_bench.json (``--out`` names another file there).
 
     .venv/bin/python bench/reassign_bench.py [--runs 3] [--mib 256] [--throttle-mib 16]
 """
@@ -27,7 +35,9 @@ import argparse
 import asyncio
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +47,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.broker_probes import lag_between, loop_lag  # noqa: E402
 from bench.machine import cpu_pressure, machine_info, result_header, write_result  # noqa: E402
 from broker_core.client import FloeClient  # noqa: E402
 from broker_core.quotas.replication import (  # noqa: E402
@@ -50,7 +61,9 @@ MIB = 1024 * 1024
 RECORD_BYTES = 64 * 1024
 PROBE_INTERVAL_S = 0.005
 STACK_OVERRIDES = {"metadata.poll.interval.ms": "200", "broker.session.timeout.ms": "6000",
-                   "broker.heartbeat.interval.ms": "1000", "auto.leader.rebalance.enable": "false"}
+                   "broker.heartbeat.interval.ms": "1000", "auto.leader.rebalance.enable": "false",
+                   "floe.event.loop.lag.sample.ms": "10"}
+PROGRESS_INTERVAL_S = 0.1
 
 
 def fill(bootstrap: str, topic: str, mib: int) -> int:
@@ -106,6 +119,88 @@ class Probe:
             time.sleep(PROBE_INTERVAL_S)
 
 
+class Progress:
+    """The bytes of a partition's segment files in one broker's data directory, read every
+    PROGRESS_INTERVAL_S on a thread while a move runs."""
+
+    def __init__(self, data_dir: Path, partition_dir: str) -> None:
+        self.data_dir = data_dir
+        self.partition_dir = partition_dir
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _size(self) -> int:
+        total = 0
+        for path in self.data_dir.rglob(f"{self.partition_dir}/*.log"):
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), self._size()))
+            time.sleep(PROGRESS_INTERVAL_S)
+
+    def __enter__(self) -> Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def most_in(self, seconds: float) -> float:
+        """The most bytes that arrived in any interval of ``seconds`` (intervals between samples)."""
+        best = 0
+        j = 0
+        for t, size in self.samples:
+            while self.samples[j][0] < t - seconds - 1e-9:
+                j += 1
+            best = max(best, size - self.samples[j][1])
+        return float(best)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BrokerWatch:
+    """Both brokers' event-loop lag and CPU seconds over a phase; optionally their stacks (py-spy)."""
+
+    def __init__(self, stack: object, py_spy_prefix: Path | None = None) -> None:
+        self.stack = stack
+        self.py_spy_prefix = py_spy_prefix
+        self.result: dict = {}
+        self._spies: list[subprocess.Popen] = []
+
+    def __enter__(self) -> BrokerWatch:
+        self._before = {b: (loop_lag(self.stack.metrics_url(p)), cpu_seconds(p.process.pid))
+                        for b, p in self.stack.processes.items()}
+        if self.py_spy_prefix is not None:
+            spy = Path(sys.executable).with_name("py-spy")
+            for broker_id, process in self.stack.processes.items():
+                out = f"{self.py_spy_prefix}-broker{broker_id}.txt"
+                self._spies.append(subprocess.Popen(
+                    [str(spy), "record", "--pid", str(process.process.pid), "--format", "raw", "--threads",
+                     "--rate", "200", "--output", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for spy in self._spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in self._spies:
+            spy.wait(60)
+        for broker_id, process in self.stack.processes.items():
+            lag, cpu = self._before[broker_id]
+            self.result[f"broker{broker_id}"] = {
+                **lag_between(lag, loop_lag(self.stack.metrics_url(process))),
+                "cpu_s": round(cpu_seconds(process.process.pid) - cpu, 2)}
+
+
 def p99(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=100)[98] if len(samples) >= 2 else float("nan")
 
@@ -134,7 +229,7 @@ async def throttle(client: FloeClient, brokers: list[int], topics: list[str], ra
             await client.alter_broker_configs(broker, {LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)})
 
 
-def run_all(runs: int, mib: int, throttle_mib: float, idle_s: float) -> dict:
+def run_all(runs: int, mib: int, throttle_mib: float, idle_s: float, py_spy: Path | None = None) -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from broker_core.local_stack import LocalStack
@@ -157,27 +252,39 @@ def run_all(runs: int, mib: int, throttle_mib: float, idle_s: float) -> dict:
                 brokers = sorted(client.brokers)
                 for run in range(runs):
                     entry: dict = {}
-                    with Probe(stack.bootstrap_servers, "probe") as probe:
+                    with BrokerWatch(stack) as watch, Probe(stack.bootstrap_servers, "probe") as probe:
                         await asyncio.sleep(idle_s)
                     entry["idle_p99_ms"] = p99(probe.samples)
+                    entry["idle_p50_ms"] = statistics.median(probe.samples)
+                    entry["idle_brokers"] = watch.result
                     for phase in ("unthrottled", "throttled"):
                         where = (await client.describe_topic("moving")).partitions[0].replicas[0]
                         target = next(b for b in brokers if b != where)
                         await throttle(client, brokers, ["moving"], rate if phase == "throttled" else None)
                         await asyncio.sleep(1)  # every broker has read the new configs (one metadata poll)
-                        with Probe(stack.bootstrap_servers, "probe") as probe:
+                        spy = py_spy / f"run{run}-{phase}" if py_spy is not None and phase == "throttled" else None
+                        with (BrokerWatch(stack, spy) as watch,
+                              Progress(stack.processes[target].data_dir, "moving-0") as progress,
+                              Probe(stack.bootstrap_servers, "probe") as probe):
                             seconds = await move(client, "moving", target)
                         entry[f"{phase}_s"] = seconds
                         entry[f"{phase}_mib_per_s"] = size / MIB / seconds
                         entry[f"{phase}_p99_ms"] = p99(probe.samples)
+                        entry[f"{phase}_p50_ms"] = statistics.median(probe.samples)
+                        entry[f"{phase}_brokers"] = watch.result
+                        for window in (2, 5):
+                            entry[f"{phase}_most_mib_per_s_over_{window}s"] = progress.most_in(window) / window / MIB
+                            if phase == "throttled":
+                                entry[f"throttled_most_over_{window}s_ratio"] = progress.most_in(window) / (rate * window)
                     await throttle(client, brokers, ["moving"], None)
                     entry["throttled_ratio"] = entry["throttled_s"] / (size / rate)
                     results.append(entry)
                     print(f"run {run}: unthrottled {entry['unthrottled_s']:.1f} s "
                           f"({entry['unthrottled_mib_per_s']:.1f} MiB/s), throttled {entry['throttled_s']:.1f} s "
                           f"(ratio {entry['throttled_ratio']:.2f}); produce p99 idle {entry['idle_p99_ms']:.1f} ms, "
-                          f"unthrottled {entry['unthrottled_p99_ms']:.1f} ms, throttled {entry['throttled_p99_ms']:.1f} ms",
-                          flush=True)
+                          f"unthrottled {entry['unthrottled_p99_ms']:.1f} ms, throttled {entry['throttled_p99_ms']:.1f} ms; "
+                          f"throttled most over 2 s / 5 s: {entry['throttled_most_over_2s_ratio']:.2f} / "
+                          f"{entry['throttled_most_over_5s_ratio']:.2f} of the throttle", flush=True)
 
         asyncio.run(phases())
     finally:
@@ -193,7 +300,9 @@ def run_all(runs: int, mib: int, throttle_mib: float, idle_s: float) -> dict:
             "idle_p99_ms_median": median("idle_p99_ms"),
             "throttled_p99_ms_median": median("throttled_p99_ms"),
             "unthrottled_p99_ms_median": median("unthrottled_p99_ms"),
-            "throttled_p99_ratio": median("throttled_p99_ms") / median("idle_p99_ms")}
+            "throttled_p99_ratio": median("throttled_p99_ms") / median("idle_p99_ms"),
+            "throttled_most_over_2s_ratio_max": max(r["throttled_most_over_2s_ratio"] for r in results),
+            "throttled_most_over_5s_ratio_max": max(r["throttled_most_over_5s_ratio"] for r in results)}
 
 
 def main() -> None:
@@ -202,15 +311,21 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--throttle-mib", type=float, default=16.0)
     parser.add_argument("--idle-s", type=float, default=10.0)
+    parser.add_argument("--out", default="reassign_bench.json", help="file name under bench/results/")
+    parser.add_argument("--py-spy", type=Path, default=None, help="record the brokers' stacks into this directory")
     args = parser.parse_args()
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
     result = {**result_header("reassign_bench", machine), "cpu_pressure_before": cpu_pressure(),
               "load_average_before": os.getloadavg(),
-              **run_all(args.runs, args.mib, args.throttle_mib, args.idle_s),
+              **run_all(args.runs, args.mib, args.throttle_mib, args.idle_s, args.py_spy),
               "load_average_after": os.getloadavg()}
     print(f"throttled move time / (bytes / throttle): {result['throttled_ratio_median']:.3f} (goal <= 1.2); "
-          f"produce p99 during the throttled move / idle: {result['throttled_p99_ratio']:.2f}", flush=True)
-    write_result(REPO_ROOT / "bench" / "results" / "reassign_bench.json", result)
+          f"produce p99 during the throttled move / idle: {result['throttled_p99_ratio']:.2f}; most copied in 2 s / "
+          f"5 s over the throttle's allowance, worst run: {result['throttled_most_over_2s_ratio_max']:.2f} / "
+          f"{result['throttled_most_over_5s_ratio_max']:.2f}", flush=True)
+    write_result(REPO_ROOT / "bench" / "results" / args.out, result)
 
 
 if __name__ == "__main__":

@@ -156,8 +156,10 @@ SETTINGS: tuple[Setting, ...] = (
     _broker("follower.replication.throttled.rate", _INT, INT64_MAX,
             "Bytes per second a follower fetches for the out-of-sync replicas its topics list in"
             " follower.replication.throttled.replicas; the default is unlimited.", dynamic=True, minimum=0),
-    _broker("replication.quota.window.num", _INT, 11, "Samples the replication throttles' rates are measured over."),
-    _broker("replication.quota.window.size.seconds", _INT, 1, "Length of one sample of the replication throttles."),
+    _broker("replication.quota.window.num", _INT, 11,
+            "Kafka's samples of the replication throttles' rates; accepted, unused (Floe's throttles are token buckets)."),
+    _broker("replication.quota.window.size.seconds", _INT, 1,
+            "Kafka's length of one replication throttle sample; accepted, unused (see replication.quota.window.num)."),
     _broker("request.timeout.ms", _INT, 30000, "How long a broker waits for another broker's response."),
     _broker("log.retention.check.interval.ms", _INT, 300000, "How often local retention runs."),
     _broker("offsets.retention.minutes", _INT, 10080, "How long an empty group's committed offsets are kept."),

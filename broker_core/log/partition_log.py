@@ -13,6 +13,7 @@ it: `append` (batch checks and offset assignment), `recovery` (opening after a c
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import threading
 import time
@@ -91,6 +92,36 @@ class SegmentSwap(FileStep):
         self.segment = segment
 
 
+def _close_and_delete(segments: list[Segment]) -> None:
+    for segment in segments:
+        segment.close_and_delete()
+
+
+class PendingAppend(FileStep):
+    """A follower's append whose checks, roll and leader epochs are done and whose bytes are still to
+    be written (`PartitionLog.begin_append_as_follower`): `finish` (any thread) writes them; the log
+    takes them in (`PartitionLog.finish_append`) on its writer's thread, itself before any other change."""
+
+    def __init__(self, segment: Segment, start: int, view: memoryview, described: list, info: AppendInfo,
+                 now_ms: int, on_taken_in: Callable[[AppendInfo], None] | None) -> None:
+        super().__init__(self._write)
+        self.segment = segment
+        self.now_ms = now_ms
+        self.error: BaseException | None = None
+        self.start = start
+        self.view = view
+        self.described = described
+        self.info = info
+        self.on_taken_in = on_taken_in
+
+    def _write(self) -> None:
+        try:
+            self.segment.write_at(self.start, self.view)
+        except BaseException as exc:
+            self.error = exc  # the log does not take the append in; whoever does raises it again
+            raise
+
+
 class PartitionLog:
     """A partition's segments, indexes, leader-epoch cache and recovery point.
 
@@ -114,7 +145,9 @@ class PartitionLog:
     and close must be serialised by the caller (the broker makes them all on its event loop thread).
     read, read_bytes, offset_for_timestamp and the offset properties may run concurrently with the
     writer from other threads: the segment list is replaced, never mutated in place, and each segment publishes its end
-    atomically. A FileSlice's descriptor stays open for ``file.delete.delay.ms`` after its segment
+    atomically. A follower's append may have its bytes written by another thread between
+    `begin_append_as_follower` and `finish_append` (`PendingAppend`); readers do not see them until
+    the writer takes the append in, and every writer-side method above takes it in first. A FileSlice's descriptor stays open for ``file.delete.delay.ms`` after its segment
     leaves the log (retention, truncation): the files are renamed to ``*.deleted`` at once and closed
     and unlinked by `delete_expired_segments` (called by the writer-side methods above) once the
     delay has passed, or by `close`. Truncating the active segment shortens its file in place, so a
@@ -156,6 +189,7 @@ class PartitionLog:
         self.run_in_background: Callable[[Callable[[], None]], object] | None = None
         self._pending_flush: FileStep | None = None
         self._pending_flush_segments: tuple[Segment, ...] = ()
+        self._pending_append: PendingAppend | None = None
         # Called (on the owner's thread) after every move of the log start, by whoever owns the log:
         # a hosted replica marks the fetch sessions reading it.
         self.on_log_start_moved: Callable[[], None] | None = None
@@ -167,6 +201,7 @@ class PartitionLog:
         Nothing already written changes; a segment rolls under the new segment.bytes/segment.ms when it
         next reaches them. The retired segments' delete delay is kept (they are already scheduled).
         """
+        self.finish_append()
         self.config = config
         self._uses_log_append_time = config.uses_log_append_time
         self._max_message_bytes = config.max_message_bytes
@@ -334,6 +369,7 @@ class PartitionLog:
         timestamp type, max timestamp and CRC change too, so those batches are copied whole.
         ``records`` may be the result of `validate`, which is then not repeated.
         """
+        self.finish_append()
         view, batches = records if isinstance(records, ValidatedBatches) else self.validate(records)
         if self.config.compact:
             check_keys(view, batches, self._max_decompressed_bytes)
@@ -374,6 +410,26 @@ class PartitionLog:
         cache at its first batch. Nothing is written if any check fails. ``records`` may be the
         result of `validate`, which is then not repeated.
         """
+        pending = self.begin_append_as_follower(records, now_ms=now_ms)
+        if isinstance(pending, PendingAppend):
+            self.finish_append()
+            return pending.info
+        return pending
+
+    def begin_append_as_follower(
+        self, records: bytes | bytearray | memoryview | ValidatedBatches, *, now_ms: int | None = None,
+        on_taken_in: Callable[[AppendInfo], None] | None = None,
+    ) -> PendingAppend | AppendInfo:
+        """`append_as_follower` up to the write of the bytes: the checks, a roll, the new leader epochs.
+
+        Returns the append's info when there is nothing to write; otherwise a `PendingAppend`, whose
+        `finish` writes the bytes (on any thread, so that a large replicated append does not hold the
+        writer's thread on the disk) and which `finish_append` then takes in: the end readers see,
+        the indexes, the flush policy, and ``on_taken_in(info)``. Until then the log end stays where
+        it was, and every other change to the log (an append, a roll, truncation, retention, a
+        flush, close) takes the pending append in first, waiting for its write if it is under way.
+        """
+        self.finish_append()
         view, batches = (
             records if isinstance(records, ValidatedBatches) else self.validate(records, as_leader=False)
         )
@@ -397,10 +453,34 @@ class PartitionLog:
             segment = self._segment_for_append(len(view), first_offset, info.last_offset, now)
         for epoch, start_offset in new_epochs:
             self.leader_epochs.assign(epoch, start_offset)
-        segment.append(view, described)
+        pending = self._pending_append = PendingAppend(segment, segment.size, view, described, info, now,
+                                                              on_taken_in)
+        return pending
+
+    @property
+    def pending_append(self) -> PendingAppend | None:
+        """The follower's append begun and not yet taken in (`begin_append_as_follower`), if any."""
+        return self._pending_append
+
+    def finish_append(self) -> None:
+        """Take in a follower's pending append (`begin_append_as_follower`), writing its bytes here if
+        no other thread has (or waiting for the one that is); nothing when none is pending."""
+        pending = self._pending_append
+        if pending is None:
+            return
+        self._pending_append = None
+        try:
+            pending.finish()
+        except BaseException:
+            if pending.error is None:
+                raise
+        if pending.error is not None:
+            raise pending.error
+        pending.segment.appended(pending.start, pending.view, pending.described)
         if self._has_flush_policy:
-            self._maybe_flush(now)
-        return info
+            self._maybe_flush(pending.now_ms)
+        if pending.on_taken_in is not None:
+            pending.on_taken_in(pending.info)
 
     def _segment_for_append(self, size: int, first_offset: int, last_offset: int, now_ms: int) -> Segment:
         """The active segment, rolled first if this append should not go into it."""
@@ -413,6 +493,7 @@ class PartitionLog:
 
     def roll(self, now_ms: int | None = None) -> Segment:
         """Seal the active segment and start a new one at the log end (no-op on an empty active segment)."""
+        self.finish_append()
         return self._roll_to(self.log_end_offset, wall_clock_ms() if now_ms is None else now_ms)
 
     def _roll_to(self, base_offset: int, now_ms: int) -> Segment:
@@ -495,12 +576,14 @@ class PartitionLog:
         cache and rebuilds it from the batches. Returns whether it recorded it. Whoever opens a
         replica may call it (off the event loop), so that the first append, as leader or as follower
         of batches of that epoch, rewrites no checkpoint file."""
+        self.finish_append()
         if self.log_end_offset != 0 or self.log_start_offset != 0 or self.leader_epochs.entries:
             return False
         return self.leader_epochs.assign(epoch, 0, durable=False)
 
     def flush(self) -> None:
         """fsync everything up to the log end (data, indexes, directory) and advance the recovery point."""
+        self.finish_append()
         self._flush_up_to(self.log_end_offset)
 
     def _flush_up_to(self, offset: int) -> None:
@@ -542,6 +625,7 @@ class PartitionLog:
 
     def close(self) -> None:
         """Clean shutdown: seal and flush the active segment, write the recovery point, close every file."""
+        self.finish_append()
         if self._closed:
             return
         self._finish_swap()
@@ -684,6 +768,7 @@ class PartitionLog:
     def truncate_transaction_indexes_from(self, offset: int) -> None:
         """Drop every aborted transaction whose marker is at or above ``offset`` (a scan of the log from
         ``offset`` writes them again); from the log start, lost indexes count as rebuilt."""
+        self.finish_append()
         for index in self._txn_indexes.values():
             index.truncate_from(offset)
         if offset <= self._log_start_offset:
@@ -691,6 +776,7 @@ class PartitionLog:
 
     def append_aborted_transaction(self, entry: AbortedTxn) -> None:
         """Record an aborted transaction in the index of the segment holding its marker."""
+        self.finish_append()
         segments = self._segments
         number = max(0, bisect.bisect_right(segments, entry.last_offset, key=lambda s: s.base_offset) - 1)
         self._txn_index(segments[number].base_offset).append(entry)
@@ -711,6 +797,7 @@ class PartitionLog:
         A batch holding ``offset`` goes whole, so the log end becomes that batch's base offset. The
         leader-epoch cache and the recovery point follow the new log end.
         """
+        self.finish_append()
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self.log_end_offset:
@@ -742,6 +829,7 @@ class PartitionLog:
 
     def truncate_fully_and_start_at(self, offset: int, *, now_ms: int | None = None) -> None:
         """Drop the whole log and continue empty at ``offset`` (log start and end both become ``offset``)."""
+        self.finish_append()
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
         self._finish_swap()
@@ -765,6 +853,7 @@ class PartitionLog:
 
         Raises OffsetOutOfRangeError above the log end.
         """
+        self.finish_append()
         if offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 topic=self.topic,
@@ -796,6 +885,7 @@ class PartitionLog:
         ``can_delete`` (e.g. "already uploaded to remote storage") says no. The log start offset moves
         to the new first segment. Returns the number of segments deleted.
         """
+        self.finish_append()
         condemned = retention_rule(
             self.config,
             now_ms=wall_clock_ms() if now_ms is None else now_ms,
@@ -848,6 +938,7 @@ class PartitionLog:
         and on the writer's thread that wait would stall every partition's appends and fetches.
         Readers hold descriptors, which renames do not affect.
         """
+        self.finish_append()
         self._finish_swap()
         self._finish_flush_of(old)
         segments = self._segments
@@ -924,8 +1015,17 @@ class PartitionLog:
             self._directory_dirty = True
 
     def delete_expired_segments(self) -> None:
-        """Close and unlink retired segments whose file.delete.delay.ms has passed."""
-        self._retired.delete_expired()
+        """Close and unlink retired segments whose file.delete.delay.ms has passed: on the owner's worker
+        thread when it gives one (`run_in_background`), since unlinking a large file waits on the file
+        system's journal; nothing in the log refers to them any more, and readers' slices of them have
+        had the delay to finish."""
+        due = self._retired.take_expired()
+        if not due:
+            return
+        if self.run_in_background is None:
+            _close_and_delete(due)
+        else:
+            self.run_in_background(functools.partial(_close_and_delete, due))
 
     def _truncate_cleaner_checkpoint(self, offset: int) -> None:
         """Pull a compacted log's first dirty offset back to ``offset``: what is appended after a truncation is dirty."""

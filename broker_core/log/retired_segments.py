@@ -41,13 +41,18 @@ class RetiredSegments:
 
     def delete_expired(self) -> None:
         """Close and unlink the retired segments whose delay has passed."""
+        for segment in self.take_expired():
+            segment.close_and_delete()
+
+    def take_expired(self) -> list[Segment]:
+        """The retired segments whose delay has passed, out of the queue: the caller closes and unlinks
+        them (`Segment.close_and_delete`), on whichever thread it likes."""
         now = self._clock()
         with self._lock:
             due = [segment for deadline, segment in self._pending if deadline <= now]
             if due:
                 self._pending = [(d, s) for d, s in self._pending if d > now]
-        for segment in due:
-            segment.close_and_delete()
+        return due
 
     def delete_all(self) -> None:
         """Close and unlink every retired segment now, delay or not (the log is closing)."""

@@ -316,14 +316,26 @@ class Segment:
         is indexed when more than index.interval.bytes were appended since the previous entry.
         """
         start, _ = self._end
+        self.write_at(start, data)
+        self.appended(start, data, batches)
+
+    def write_at(self, start: int, data: Buffer | list[Buffer]) -> None:
+        """The file half of `append`: write ``data`` at ``start`` (the segment's end when `appended`
+        follows), reserving disk blocks ahead. Touches nothing the segment's readers look at, so it
+        may run on another thread while no other write or truncation of this segment does."""
         parts = data if isinstance(data, list) else [data]
-        length = sum(len(part) for part in parts)
-        position = start + length
+        position = start + sum(len(part) for part in parts)
         if position > self._reserved_end:
             reserve_from = max(start, self._reserved_end)
             if reserve_blocks(self.fd, reserve_from, position + RESERVE_AHEAD_BYTES - reserve_from):
                 self._reserved_end = position + RESERVE_AHEAD_BYTES
         _write_all(self.fd, parts, start)
+
+    def appended(self, start: int, data: Buffer | list[Buffer], batches: list[AppendedBatch]) -> None:
+        """The state half of `append`, once `write_at` wrote ``data`` at ``start``: index entries, the
+        largest timestamp, and the end readers see."""
+        parts = data if isinstance(data, list) else [data]
+        position = start + sum(len(part) for part in parts)
         since = self._bytes_since_last_index_entry
         interval = self._index_interval_bytes
         max_timestamp = self.max_timestamp

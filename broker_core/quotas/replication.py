@@ -11,9 +11,21 @@ current replicas; follower list: the replicas being added). As in Kafka, a repli
 never throttled: the throttle slows catching up, never the replication that acks=all waits for.
 
 A throttled partition is left out of a fetch (follower) or answered without records (leader) while
-the measured rate is above the quota; the rate is Kafka's sampled rate over
-``replication.quota.window.num`` windows of ``replication.quota.window.size.seconds``. Not thread
-safe: used from the broker's event loop.
+the throttle's token bucket is in debt: it refills at the rate read now and holds at most BURST_S
+seconds of it, and each fetch's bytes are taken from it once sent (leader) or received (follower),
+which may take it below zero. So the bytes moved in any interval of T seconds stay within
+``rate * (T + BURST_S)`` plus one fetch, from the first second of a move: a follower asks for at
+most BURST_S of the rate per throttled partition (`fetch_bytes`; at least one batch comes back) and
+waits out the debt (`wait_s`) before fetching them again.
+
+Kafka measures the rate instead, over ``replication.quota.window.num`` windows of
+``replication.quota.window.size.seconds``, counting at least ``num - 1`` whole windows
+(`Rate.windowSize`; a later variant counts a single window while the rate's very first window runs,
+which only moves the burst one window on): a move that starts from idle is measured over ten seconds
+it has not yet run, so it runs unthrottled until it has moved about ten seconds' worth (a 1 GiB move
+under 50 MB/s averaged 67 MiB/s). Floe holds a
+move at the rate from its start instead; the window settings no longer shape the replication
+throttles. Not thread safe: used from the broker's event loop.
 """
 
 from __future__ import annotations
@@ -24,12 +36,16 @@ from dataclasses import dataclass
 
 from broker_core.settings import INT64_MAX
 
-from .rates import SampledRate, WindowConfig
+from .rates import TokenBucket, WindowConfig
 
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+
+# The most a replication throttle's bucket holds, in seconds of its rate: the burst after a pause, and
+# how long a stall of the event loop can be made up for without the move falling behind the rate.
+BURST_S = 0.1
 
 
 class ThrottledReplicasError(ValueError):
@@ -86,12 +102,13 @@ def lists_replica(text: str, partition: int, broker_id: int) -> bool:
 
 
 class ReplicationQuota:
-    """One direction's broker-wide throttle: the bytes recorded for throttled replicas against the
-    rate ``quota()`` reads now (a dynamic broker config, so it can change between calls)."""
+    """One direction's broker-wide throttle: a token bucket of the bytes recorded for throttled
+    replicas, refilled at the rate ``quota()`` reads now (a dynamic broker config, so it can change
+    between calls; see the module doc)."""
 
-    def __init__(self, config: WindowConfig, quota: Callable[[], float], now_s: float) -> None:
+    def __init__(self, quota: Callable[[], float], now_s: float) -> None:
         self.quota = quota
-        self._rate = SampledRate(config, now_s)
+        self._bucket = TokenBucket(WindowConfig(samples=1, window_s=BURST_S), quota(), now_s, burst_s=BURST_S)
 
     def limited(self) -> bool:
         """Whether a quota is set at all (the default, Long.MAX_VALUE, is none)."""
@@ -99,11 +116,17 @@ class ReplicationQuota:
 
     def exceeded(self, now_s: float) -> bool:
         quota = self.quota()
-        return quota < INT64_MAX and self._rate.measure(now_s) > quota
+        return quota < INT64_MAX and self._bucket.exceeded(quota, now_s)
+
+    def wait_s(self, now_s: float) -> float:
+        """How long until throttled replicas may fetch again: the time to pay the bucket's debt back."""
+        quota = self.quota()
+        return self._bucket.throttle_s(quota, now_s) if quota < INT64_MAX else 0.0
+
+    def fetch_bytes(self, max_bytes: int) -> int:
+        """What one fetch may ask for per throttled partition: ``max_bytes``, at most BURST_S of the rate."""
+        quota = self.quota()
+        return max_bytes if quota >= INT64_MAX else max(1, min(max_bytes, int(quota * BURST_S)))
 
     def record(self, size: int, now_s: float) -> None:
-        self._rate.record(size, now_s)
-
-    def rate(self, now_s: float) -> float:
-        """Bytes per second recorded, as measured over the windows."""
-        return self._rate.measure(now_s)
+        self._bucket.record(size, self.quota(), now_s)

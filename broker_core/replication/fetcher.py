@@ -24,7 +24,10 @@ long poll already out for the others so that its truncation and first fetch star
 long poll lasts past the moment a stalled partition is due to be retried.
 
 Replicas held to the follower replication throttle (`broker_core.quotas.replication`) sit fetches
-out while the broker's throttled replicas fetch above follower.replication.throttled.rate.
+out while the broker's throttled replicas have fetched more than follower.replication.throttled.rate
+allows (the throttle's bucket is in debt), ask for at most a tenth of a second of that rate each, and
+come back as soon as the debt is paid: a fetcher with nothing else to fetch sleeps until then, and
+one with other partitions long-polls no longer than that.
 """
 
 from __future__ import annotations
@@ -50,7 +53,6 @@ from broker_core.protocol.replica_fetch import (
     encode_replica_fetch,
     parse_fetch_response,
 )
-from broker_core.quotas.rates import WindowConfig
 from broker_core.quotas.replication import FOLLOWER_RATE, FOLLOWER_REPLICAS, ReplicationQuota, lists_replica
 from broker_core.records.errors import RecordsError
 
@@ -64,7 +66,8 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 _RETRY_BACKOFF_S = 0.2
 # How often a fetcher whose leader is gone or refusing retries and checks the metadata version.
 LEADER_RECHECK_S = 0.05
-# How long a fetcher whose every partition is held back by the replication throttle waits to look again.
+# The longest a fetcher whose every partition is held back by the replication throttle sleeps before
+# looking again (the throttle's debt is usually paid back sooner; a rate raised live applies by then).
 THROTTLE_BACKOFF_S = 0.1
 # While a leader stays unreachable, a fetcher retries every LEADER_RECHECK_S: it says so at most this often.
 TROUBLE_LOG_INTERVAL_S = 10.0
@@ -324,16 +327,27 @@ class ReplicaFetcher:
         if due:
             wait_ms = min(wait_ms, int(min(due) * 1000))
         max_bytes = config.get_int("replica.fetch.max.bytes")
+        throttle = self.throttle
         throttled = ({(f.partition.topic, f.partition.index) for f in followed if self._throttles(f.partition)}
-                     if self.throttle is not None and self.throttle.limited() else set())
-        if throttled and self.throttle is not None and self.throttle.exceeded(time.monotonic()):
-            # As Kafka's follower: replicas held to follower.replication.throttled.rate sit this fetch out
-            # (the fetch session forgets them until they come back).
-            followed = [f for f in followed if (f.partition.topic, f.partition.index) not in throttled]
-            if not followed:
-                await asyncio.sleep(THROTTLE_BACKOFF_S)
-                return
-        wanted = {(f.partition.topic, f.partition.index): f.fetch_position(max_bytes) for f in followed}
+                     if throttle is not None and throttle.limited() else set())
+        throttled_max_bytes = max_bytes
+        if throttled and throttle is not None:
+            throttled_max_bytes = throttle.fetch_bytes(max_bytes)
+            now_s = time.monotonic()
+            if throttle.exceeded(now_s):
+                # As Kafka's follower: replicas held to follower.replication.throttled.rate sit this fetch
+                # out (the fetch session forgets them until they come back), and are back once the
+                # throttle's debt is paid.
+                back_in_s = min(max(throttle.wait_s(now_s), 0.001), THROTTLE_BACKOFF_S)
+                followed = [f for f in followed if (f.partition.topic, f.partition.index) not in throttled]
+                if not followed:
+                    await asyncio.sleep(back_in_s)
+                    return
+                wait_ms = min(wait_ms, max(1, int(back_in_s * 1000)))
+        wanted = {(f.partition.topic, f.partition.index):
+                  f.fetch_position(throttled_max_bytes if (f.partition.topic, f.partition.index) in throttled
+                                   else max_bytes)
+                  for f in followed}
         if connection.version_for(ApiKey.FETCH) < FETCH_VERSION:
             raise ClientError(f"leader {self.leader_id} does not serve Fetch v{FETCH_VERSION}")
         session = self.session.build(wanted)
@@ -403,12 +417,15 @@ class ReplicaFetcher:
             return True
         if answer.records:
             try:
-                partition.append_as_follower(answer.records)
+                # A large append is written off the event loop (Partition.append_replicated).
+                await partition.append_replicated(answer.records)
             except (LogError, RecordsError) as exc:
                 log.warning("%s-%d: cannot append replicated batches: %s; re-checking divergence",
                             partition.topic, partition.index, exc)
                 f.needs_truncation = True
                 return False
+            if self.partitions.get((partition.topic, partition.index)) is not f or f.leader_epoch != partition.leader_epoch:
+                return False  # unfollowed or led anew while the bytes were written: the rest is stale
         if answer.log_start_offset > partition.log_start_offset:
             partition.log.delete_records_before(min(answer.log_start_offset, partition.log_end_offset))
         partition.set_high_watermark_from_leader(answer.high_watermark)
@@ -450,7 +467,6 @@ class ReplicaFetcherManager:
         config = context.config
         # One follower throttle for the broker, shared by its fetchers (broker_core.quotas.replication).
         self.throttle = ReplicationQuota(
-            WindowConfig(config.get_int("replication.quota.window.num"), config.get_int("replication.quota.window.size.seconds")),
             lambda: float(config.live(FOLLOWER_RATE, context.image.broker_configs)), time.monotonic())
 
     async def update(self) -> None:

@@ -47,7 +47,6 @@ from broker_core.protocol.messages import (
 from broker_core.quotas.admin import QuotaFilter, describe, parse_alteration
 from broker_core.quotas.entities import REQUEST_PERCENTAGE, QuotaEntityError, client_identity
 from broker_core.quotas.loop_time import LoopTimed
-from broker_core.quotas.rates import WindowConfig
 from broker_core.quotas.replication import (
     LEADER_RATE,
     LEADER_REPLICAS,
@@ -124,7 +123,6 @@ class RequestHandlers:
         config = context.config
         # Leader side of the replication throttle (broker_core.quotas.replication).
         self.leader_throttle = ReplicationQuota(
-            WindowConfig(config.get_int("replication.quota.window.num"), config.get_int("replication.quota.window.size.seconds")),
             lambda: float(config.live(LEADER_RATE, context.image.broker_configs)), time.monotonic())
         self.table: dict[int, Handler] = {
             ApiKey.PRODUCE: self.produce,
@@ -503,9 +501,13 @@ class RequestHandlers:
                      request.client_host, request.listener_name, request.api_version, replica_id,
                      getattr(body, "isolation_level", 0), getattr(body, "rack_id", ""))
             to_read = context.begin_read(stamp, time.monotonic() * 1000)
-            answers, total, partitions, respond_now, quiet = await self._read_fetch(request, replica_id, to_read,
-                                                                                    max_bytes, session)
+            answers, total, partitions, respond_now, quiet, held_back = await self._read_fetch(
+                request, replica_id, to_read, max_bytes, session)
             remaining = deadline - time.monotonic()
+            if held_back:
+                # A throttled replica got nothing this time: the follower hears so once the leader's
+                # throttle has paid its debt, not at the end of a long poll.
+                remaining = min(remaining, max(self.leader_throttle.wait_s(time.monotonic()), 0.001))
             if session is not None:
                 if total >= body.min_bytes or respond_now or remaining <= 0 or not session.partitions:
                     break
@@ -561,12 +563,13 @@ class RequestHandlers:
 
     async def _read_fetch(self, request: Request, replica_id: int, asked: list[CachedPartition], max_bytes: int,
                           session: FetchSession | None = None,
-                          ) -> tuple[list[tuple[CachedPartition, dict[str, Any]]], int, list, bool, list]:
+                          ) -> tuple[list[tuple[CachedPartition, dict[str, Any]]], int, list, bool, list, bool]:
         """Read each partition asked for; (answers, bytes read, partitions a long poll waits on,
-        whether to answer at once: an error or a preferred read replica, and the (key, replica) of
+        whether to answer at once: an error or a preferred read replica, the (key, replica) of
         each partition whose answer leaves it quiet: no error, no records, nothing readable past its
-        fetch offset, so that unless its replica changes a session need not read it again). An
-        incremental fetch's ``session`` watches every replica it reads."""
+        fetch offset, so that unless its replica changes a session need not read it again, and
+        whether the leader's replication throttle held a partition back). An incremental fetch's
+        ``session`` watches every replica it reads."""
         body = request.body
         image = self.context.image
         authorizer = self.context.authorizer
@@ -578,6 +581,7 @@ class RequestHandlers:
         remaining = max_bytes
         total = 0
         respond_now = False
+        held_back = False
         watched = []
         answers = []
         quiet = []
@@ -694,6 +698,7 @@ class RequestHandlers:
                 continue
             throttled = replica_id >= 0 and self._leader_throttles(image, name, partition, replica_id)
             if throttled and self.leader_throttle.exceeded(time.monotonic()):
+                held_back = True
                 continue  # as Kafka: a throttled follower out of the ISR gets no records this time
             try:
                 file_slice = partition.log.read(p.fetch_offset, max(limit, 0), max_offset=upper,
@@ -713,7 +718,7 @@ class RequestHandlers:
                 if read_committed:
                     response["aborted_transactions"] = _aborted_entries(partition.log.aborted_transactions(
                         p.fetch_offset, min(upper, file_slice.last_offset + 1)))
-        return answers, total, watched, respond_now, quiet
+        return answers, total, watched, respond_now, quiet, held_back
 
     def _preferred_read_replica(self, selector: str, client_rack: str, partition: Any, image: Any,
                                 fetch_offset: int) -> int:

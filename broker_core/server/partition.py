@@ -14,6 +14,7 @@ Thread-safety: a Partition belongs to the broker's event loop; only coroutines o
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
@@ -25,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from broker_core.log.append import ValidatedBatches
 from broker_core.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from broker_core.log.config import LogConfig
 from broker_core.log.errors import CorruptCheckpointError
-from broker_core.log.partition_log import AppendInfo, PartitionLog
+from broker_core.log.partition_log import AppendInfo, PartitionLog, PendingAppend
 from broker_core.log.producer_state import OutOfOrderSequenceError, ProducerState
 from broker_core.records.control import ControlRecordType, build_control_batch
 from broker_core.records.header import parse_header
@@ -40,6 +42,15 @@ log = logging.getLogger(__name__)
 _ROLL_FLUSH_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="floe-roll-flush")
 
 
+# Where a follower's large appends check their batches and write their bytes (`append_replicated`):
+# off the event loop, which would otherwise wait on the CRC and the page cache for every replicated
+# megabyte while producers' requests queue behind it.
+_REPLICA_APPEND_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="floe-replica-append")
+# Replicated appends at least this large go to those threads; smaller ones (an in-sync follower keeping
+# up with producers) cost less on the loop than the two hand-overs would.
+REPLICA_APPEND_OFF_LOOP_BYTES = 64 * 1024
+
+
 def _flush_off_the_loop(flush: Callable[[], None]) -> None:
     _ROLL_FLUSH_THREADS.submit(flush).add_done_callback(_report_flush_failure)
 
@@ -48,7 +59,7 @@ def _report_flush_failure(future: Future) -> None:
     error = future.exception()
     if error is not None:
         # The recovery point stays where it was, so recovery re-validates these segments after a crash.
-        log.error("a segment roll's background flush failed: %r", error)
+        log.error("a log's background file step (a roll's flush, or unlinking retired segments) failed: %r", error)
 
 _WAITER_NUMBERS = itertools.count()
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -234,6 +245,7 @@ class Partition:
         return self.log.log_start_offset
 
     def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
+        self.log.finish_append()  # a replicated append still being written counts in the log end the term starts at
         now = time.monotonic() * 1000
         new_term = leader_epoch != self.leader_epoch or not self.is_leader
         self.leader_id = self.broker_id
@@ -394,11 +406,42 @@ class Partition:
     def append_as_follower(self, records: bytes) -> AppendInfo:
         validated = self.log.validate(records, as_leader=False)
         info = self.log.append_as_follower(validated)
+        self._after_follower_append(validated)
+        return info
+
+    async def append_replicated(self, records: bytes | memoryview) -> AppendInfo | None:
+        """`append_as_follower` for the replica fetcher: an append of REPLICA_APPEND_OFF_LOOP_BYTES or
+        more has its batches checked (CRC-32C) and its bytes written on a worker thread, while the
+        event loop serves other requests; the checks that read the log's state, a roll and the new
+        leader epochs stay on the loop, and so does taking the append in (`PartitionLog.finish_append`,
+        which any other change to the log does first). None, with nothing appended, if the replica
+        became leader or followed a new leader epoch while its batches were checked. ``records`` must
+        stay unchanged until it returns."""
+        if len(records) < REPLICA_APPEND_OFF_LOOP_BYTES:
+            return self.append_as_follower(records)
+        loop = asyncio.get_running_loop()
+        epoch = self.leader_epoch
+        validated = await loop.run_in_executor(
+            _REPLICA_APPEND_THREADS, functools.partial(self.log.validate, records, as_leader=False))
+        if self.is_leader or self.leader_epoch != epoch:
+            return None
+        pending = self.log.begin_append_as_follower(
+            validated, on_taken_in=lambda _: self._after_follower_append(validated))
+        if not isinstance(pending, PendingAppend):
+            return pending
+        try:
+            await loop.run_in_executor(_REPLICA_APPEND_THREADS, pending.finish)
+        finally:
+            # Taken in now unless another change to the log already did (it then raised any failure).
+            if self.log.pending_append is pending:
+                self.log.finish_append()
+        return pending.info
+
+    def _after_follower_append(self, validated: ValidatedBatches) -> None:
         for completed in self.producers.record_all(validated.view, validated.batches):
             if completed.aborted:
                 self.log.append_aborted_transaction(completed.aborted_txn())
         self._changed()  # a marker may move the LSO of a consumer reading from this follower (KIP-392)
-        return info
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
