@@ -108,6 +108,9 @@ _SINGLE_SERVICE = ("import sys; from moto.moto_server.werkzeug_app import create
 # where DynamoDB's endpoint and botocore's connection pool keep connections open. Here the handler
 # reads each request's body before moto sees it, so nothing is left to drain, and keeps the connection
 # open unless the client asked to close it or moto's app raised (its answer may then be cut short).
+# It sends without Nagle's delay (TCP_NODELAY, as urllib3 does on its side): an answer goes out as two
+# writes, headers then body, and on a kept connection the body would otherwise wait for the client's
+# delayed ACK of the headers, about 40 ms per call (a GetItem went from 11 ms to 60 ms without it).
 _MOTO_PATCHES = (
     "import base64, copy, functools, json, threading, sys\n"
     "import moto.dynamodb.models as models\n"
@@ -172,13 +175,16 @@ _MOTO_PATCHES = (
     "    return handler\n"
     "for name in ('get_item', 'batch_get_item', 'query', 'scan'):\n"
     "    setattr(responses.DynamoHandler, name, as_json(name))\n"
-    "import io\n"
+    "import io, socket\n"
     "import moto.server\n"
     "from werkzeug.serving import DechunkedInput\n"
     "class Drained:\n"
     "    def read(self, *args): return b''\n"
     "    def readline(self, *args): return b''\n"
     "class KeepAlive(moto.server.MotoRequestHandler):\n"
+    "    def setup(self):\n"
+    "        super().setup()\n"
+    "        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
     "    def make_environ(self):\n"
     "        environ = super().make_environ()\n"
     "        stream = environ['wsgi.input']\n"
