@@ -341,6 +341,9 @@ class Controller:
         self._observations: dict[int, _HeartbeatObservation] = {}
         self._planned_version: int | None = None
         self._snapshot: ClusterSnapshot | None = None
+        # The metadata version the last pass read and found already planned (nothing to do), else None:
+        # the pass's other duties (reassignment completion) use it rather than read it again.
+        self.unchanged_version: int | None = None
 
     def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
         """Record each broker's heartbeat as seen now; return the brokers stalled past the session timeout.
@@ -498,7 +501,9 @@ class Controller:
         """The partitions changed (new states), and of those the ones a SHUTTING_DOWN broker led."""
         # Every broker-state and partition change bumps the metadata version, so a version this
         # controller already planned from cannot call for a change; skip the full read.
+        self.unchanged_version = None
         if self._planned_version is not None and self._store.metadata_version() == self._planned_version:
+            self.unchanged_version = self._planned_version
             return [], []
         snapshot = self._current_snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}

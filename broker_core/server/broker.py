@@ -492,7 +492,8 @@ class Broker:
         result = await asyncio.to_thread(self.controller.run_once)
         self._count_elections(result.changed_partitions, result.shutdown_moves, started)
         started = time.perf_counter()
-        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch, self.controller.current_snapshot)
+        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch, self.controller.current_snapshot,
+                                            self.controller.unchanged_version)
         self.metrics.elections_done({"reassignment": self.image.leader_changes(completed)},
                                     time.perf_counter() - started)
         for state in completed:
