@@ -384,12 +384,14 @@ class Controller:
         self._store = store
         self.controller_epoch = controller_epoch
         self.session_timeout_ms = session_timeout_ms
+        # The metadata version the current pass was given (`run_once`), and the one the last pass read
+        # and found already planned (nothing to do), else None: the pass's other duties (reassignment
+        # completion) use it rather than read it again.
+        self._pass_version: int | None = None
+        self.unchanged_version: int | None = None
         self._observations: dict[int, _HeartbeatObservation] = {}
         self._planned_version: int | None = None
         self._snapshot: ClusterSnapshot | None = None
-        # The metadata version the last pass read and found already planned (nothing to do), else None:
-        # the pass's other duties (reassignment completion) use it rather than read it again.
-        self.unchanged_version: int | None = None
 
     def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
         """Record each broker's heartbeat as seen now; return the brokers stalled past the session timeout.
@@ -440,14 +442,16 @@ class Controller:
         Raises FencedControllerError once the lease has moved past ``controller_epoch``.
         """
         controller_epoch = self.controller_epoch
+        self._pass_version = version
         fenced = []
         for broker in self.observe(now_ms):
             if self._store.fence_broker(
                 broker.broker_id, broker.broker_epoch, broker.heartbeat, controller_epoch
             ):
+                self._pass_version = None  # the fence moved the version on: read it again
                 fenced.append(broker.broker_id)
             self._observations.pop(broker.broker_id, None)
-        changed, shutdown_moves = self._elect_leaders(controller_epoch, None if fenced else version)
+        changed, shutdown_moves = self._elect_leaders(controller_epoch)
         return ControllerRunResult(fenced_brokers=tuple(fenced), changed_partitions=tuple(changed),
                                    shutdown_moves=tuple(shutdown_moves))
 
@@ -545,13 +549,13 @@ class Controller:
         self._snapshot = self._store.snapshot()
         return self._snapshot
 
-    def _elect_leaders(self, controller_epoch: int,
-                       version: int | None = None) -> tuple[list[PartitionState], list[PartitionState]]:
+    def _elect_leaders(self, controller_epoch: int) -> tuple[list[PartitionState], list[PartitionState]]:
         """The partitions changed (new states), and of those the ones a SHUTTING_DOWN broker led."""
         # Every broker-state and partition change bumps the metadata version, so a version this
         # controller already planned from cannot call for a change; skip the full read.
         self.unchanged_version = None
         if self._planned_version is not None:
+            version, self._pass_version = self._pass_version, None
             if version is None:
                 version = self._store.metadata_version()
             if version == self._planned_version:
