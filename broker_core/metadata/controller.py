@@ -554,8 +554,8 @@ class Controller:
         # Every broker-state and partition change bumps the metadata version, so a version this
         # controller already planned from cannot call for a change; skip the full read.
         self.unchanged_version = None
+        version, self._pass_version = self._pass_version, None
         if self._planned_version is not None:
-            version, self._pass_version = self._pass_version, None
             if version is None:
                 version = self._store.metadata_version()
             if version == self._planned_version:
