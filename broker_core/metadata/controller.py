@@ -45,6 +45,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
+from typing import Any
 
 from pynamodb.exceptions import PynamoDBException
 
@@ -55,7 +56,7 @@ from broker_core.metadata.errors import (
     PartitionEpochConflictError,
     UnknownPartitionError,
 )
-from broker_core.metadata.models import CONTROLLER_ITEM
+from broker_core.metadata.models import CONTROLLER_ITEM, METADATA_VERSION_ITEM
 from broker_core.metadata.state import (
     NO_HOLDER,
     NO_LEADER,
@@ -78,6 +79,22 @@ def monotonic_ms() -> float:
     return time.monotonic() * 1000.0
 
 
+class _Unread(enum.Enum):
+    UNREAD = enum.auto()
+
+
+_UNREAD = _Unread.UNREAD
+
+
+def _lease_state(item: Any) -> ControllerLeaseState:
+    return ControllerLeaseState(
+        holder=int(item.holder),
+        controller_epoch=int(item.controller_epoch),
+        heartbeat=int(item.heartbeat),
+        lease_duration_ms=int(item.lease_duration_ms),
+    )
+
+
 class ControllerLease:
     """One broker's view of, and claim on, the controller lease item."""
 
@@ -85,6 +102,7 @@ class ControllerLease:
         if lease_duration_ms <= 0:
             raise ValueError(f"lease duration must be positive, got {lease_duration_ms} ms")
         self._model = store.models.controller_lease
+        self._version_model = store.models.metadata_version
         self.lease_duration_ms = lease_duration_ms
         self._holder: int | None = None
         self._epoch: int | None = None
@@ -113,14 +131,40 @@ class ControllerLease:
             return None
         except PynamoDBException as err:
             raise MetadataUnavailableError(f"read controller lease: {err}") from err
-        return ControllerLeaseState(
-            holder=int(item.holder),
-            controller_epoch=int(item.controller_epoch),
-            heartbeat=int(item.heartbeat),
-            lease_duration_ms=int(item.lease_duration_ms),
-        )
+        return _lease_state(item)
 
-    def try_acquire(self, broker_id: int, now_ms: float | None = None) -> int | None:
+    def current_and_metadata_version(self) -> tuple[ControllerLeaseState | None, int]:
+        """The lease item as stored now and the metadata version (0 before the first change), both read
+        in one consistent BatchGetItem: they share the cluster table, and a broker that does not hold
+        the lease reads both on every controller pass (its metadata poll and its watch on the lease)."""
+        models = {CONTROLLER_ITEM: self._model, METADATA_VERSION_ITEM: self._version_model}
+        table = self._model.Meta.table_name
+        keys = list(models)
+        found: dict[str, Any] = {}
+        try:
+            for _ in range(3):
+                answer = self._model._get_connection().batch_get_item([{"item": key} for key in keys],
+                                                                      consistent_read=True)
+                for raw in answer.get("Responses", {}).get(table, []):
+                    key = raw["item"]["S"]
+                    found[key] = models[key].from_raw_data(raw)
+                keys = [key["item"]["S"] for key in answer.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])]
+                if not keys:
+                    break
+            else:
+                # Still unprocessed (throttled) after three tries: read them one at a time.
+                for key in keys:
+                    try:
+                        found[key] = models[key].get(key, consistent_read=True)
+                    except models[key].DoesNotExist:
+                        continue
+        except PynamoDBException as err:
+            raise MetadataUnavailableError(f"read controller lease and metadata version: {err}") from err
+        lease, version = found.get(CONTROLLER_ITEM), found.get(METADATA_VERSION_ITEM)
+        return _lease_state(lease) if lease is not None else None, int(version.version) if version is not None else 0
+
+    def try_acquire(self, broker_id: int, now_ms: float | None = None,
+                    state: ControllerLeaseState | None | _Unread = _UNREAD) -> int | None:
         """Take the lease if it is free, released, or has not moved for a whole lease duration.
 
         Returns the controller epoch now held, or None while another holder's lease is still
@@ -128,7 +172,8 @@ class ControllerLease:
         current heartbeat). When this process already holds the lease, the call renews it (a
         ``heartbeat()``) and returns the epoch, or None if the lease turns out to be lost; calling
         it every ``heartbeat_interval_ms`` is therefore all a broker needs to do. ``now_ms`` is a
-        reading of the same monotonic clock (for tests).
+        reading of the same monotonic clock (for tests). ``state``, when given, is the lease item as
+        just read (`current_and_metadata_version`), used instead of reading it again.
         """
         if self._epoch is not None and self._holder == broker_id:
             try:
@@ -137,7 +182,8 @@ class ControllerLease:
                 return None
             return self._epoch
         now = monotonic_ms() if now_ms is None else now_ms
-        state = self.current()
+        if isinstance(state, _Unread):
+            state = self.current()
         model = self._model
         if state is None:
             item = model(
@@ -338,6 +384,11 @@ class Controller:
         self._store = store
         self.controller_epoch = controller_epoch
         self.session_timeout_ms = session_timeout_ms
+        # The metadata version the current pass was given (`run_once`), and the one the last pass read
+        # and found already planned (nothing to do), else None: the pass's other duties (reassignment
+        # completion) use it rather than read it again.
+        self._pass_version: int | None = None
+        self.unchanged_version: int | None = None
         self._observations: dict[int, _HeartbeatObservation] = {}
         self._planned_version: int | None = None
         self._snapshot: ClusterSnapshot | None = None
@@ -381,19 +432,23 @@ class Controller:
         self._planned_version = None
         self._snapshot = known
 
-    def run_once(self, now_ms: float | None = None) -> ControllerRunResult:
+    def run_once(self, now_ms: float | None = None, version: int | None = None) -> ControllerRunResult:
         """Fence brokers whose heartbeat stalled past the session timeout, then re-plan partitions.
 
         ``now_ms`` is a reading of this process's monotonic clock (for tests). A controller with no
-        observations yet waits a full session timeout before fencing.
+        observations yet waits a full session timeout before fencing. ``version``, when given, is the
+        metadata version as read (consistently) at the start of this pass, used instead of reading it
+        again to tell whether anything changed since the last plan, unless this pass fenced a broker.
         Raises FencedControllerError once the lease has moved past ``controller_epoch``.
         """
         controller_epoch = self.controller_epoch
+        self._pass_version = version
         fenced = []
         for broker in self.observe(now_ms):
             if self._store.fence_broker(
                 broker.broker_id, broker.broker_epoch, broker.heartbeat, controller_epoch
             ):
+                self._pass_version = None  # the fence moved the version on: read it again
                 fenced.append(broker.broker_id)
             self._observations.pop(broker.broker_id, None)
         changed, shutdown_moves = self._elect_leaders(controller_epoch)
@@ -498,8 +553,14 @@ class Controller:
         """The partitions changed (new states), and of those the ones a SHUTTING_DOWN broker led."""
         # Every broker-state and partition change bumps the metadata version, so a version this
         # controller already planned from cannot call for a change; skip the full read.
-        if self._planned_version is not None and self._store.metadata_version() == self._planned_version:
-            return [], []
+        self.unchanged_version = None
+        version, self._pass_version = self._pass_version, None
+        if self._planned_version is not None:
+            if version is None:
+                version = self._store.metadata_version()
+            if version == self._planned_version:
+                self.unchanged_version = version
+                return [], []
         snapshot = self._current_snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
         shutting_down = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.SHUTTING_DOWN}

@@ -173,15 +173,20 @@ class PartitionReassignments:
             states = [p for p in states if (p.topic, p.partition) in keys]
         return sorted(states, key=lambda p: (p.topic, p.partition))
 
-    def complete_ready(self, controller_epoch: int,
-                       current: Callable[[], ClusterSnapshot] | None = None) -> list[PartitionState]:
+    def complete_ready(self, controller_epoch: int, current: Callable[[], ClusterSnapshot] | None = None,
+                       version: int | None = None) -> list[PartitionState]:
         """Complete every reassignment whose target replicas are all in the ISR; the controller calls it
         on each pass. Reads the cluster only when the metadata version moved (ISR changes bump it),
         through ``current`` when given (the controller's snapshot, brought forward by the change
         sequence: a few items rather than a Scan of every partition after each ISR change), else
-        with a full snapshot."""
-        if self._planned_version is not None and self._store.metadata_version() == self._planned_version:
-            return []
+        with a full snapshot. ``version``, when given, is the metadata version as read (consistently)
+        earlier in the same controller pass, used instead of reading it again: a change since then is
+        seen on the next pass, as one made just after this read would be."""
+        if self._planned_version is not None:
+            if version is None:
+                version = self._store.metadata_version()
+            if version == self._planned_version:
+                return []
         snapshot = current() if current is not None else self._store.snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
         completed = []

@@ -35,7 +35,7 @@ from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, FencedControllerError, MetadataError
 from broker_core.metadata.image import MetadataImage
 from broker_core.metadata.reassignment import PartitionReassignments
-from broker_core.metadata.state import BrokerState, PartitionState
+from broker_core.metadata.state import BrokerState, ControllerLeaseState, PartitionState
 from broker_core.metadata.store import MetadataStore
 from broker_core.metrics.broker import BrokerMetrics
 from broker_core.metrics.endpoint import MetricsEndpoint
@@ -142,6 +142,12 @@ class Broker:
         self._leader_rebalance_due = float("inf")
         self._catch_up: asyncio.Task | None = None
         self._catch_up_started = float("-inf")
+        # The latest periodic read of the cluster items (see `_read_cluster`) and the wake-ups of the
+        # two duties that act on it.
+        self._cluster_read: _ClusterRead | None = None
+        self._polled_at_ms = float("-inf")
+        self._poll_wakeup = asyncio.Event()
+        self._duty_wakeup = asyncio.Event()
         self._stopping = False
         self.port = config.port
         self.endpoints: dict[str, tuple[str, int]] = {}
@@ -201,10 +207,11 @@ class Broker:
                  "after %.1f s more, services started in %.1f s", self.config.broker_id, time.monotonic() - started,
                  registered - started, len(self.replicas.partitions), read - registered, time.monotonic() - read)
         self._tasks = [
-            asyncio.create_task(self._every(self.config.get_int("metadata.poll.interval.ms") / 1000, self._poll_metadata),
+            asyncio.create_task(self._every(self.controller_check_interval_s(), self._read_cluster),
+                                name="cluster-reads"),
+            asyncio.create_task(self._on_cluster_reads(self._poll_wakeup, self._apply_metadata_version),
                                 name="metadata-poll"),
-            asyncio.create_task(self._every(self.controller_check_interval_s(), self._controller_duty),
-                                name="controller"),
+            asyncio.create_task(self._on_cluster_reads(self._duty_wakeup, self._controller_duty), name="controller"),
             asyncio.create_task(self._every(self.config.get_int("log.retention.check.interval.ms") / 1000,
                                             self._enforce_retention), name="retention"),
             asyncio.create_task(self._every(ISR_CHECK_INTERVAL_S, parts.isr.run_once), name="isr"),
@@ -338,6 +345,58 @@ class Broker:
         if version != self.image.version:
             await self.refresh_metadata(unless_at=version)
 
+    async def _read_cluster(self) -> None:
+        """The periodic read that the metadata poll and the controller duty share, every
+        `controller_check_interval_s`: the metadata version (consistent read) and, unless this broker
+        holds the controller lease, the lease item with it, in one BatchGetItem (both live in the
+        cluster table). Each duty acts on the latest read in a task of its own, so a long metadata
+        refresh or controller pass holds back neither the reads nor the other duty; a duty still busy
+        when a read arrives takes the newest one when it is done.
+
+        Before, the poll and the duty read on timers of their own: the version twice per interval
+        on every broker (once more by the controller's election check) and the lease once. Each read
+        is as fresh as before when a duty uses it: taken at the same interval, and acted on at once.
+        """
+        at_ms = time.monotonic() * 1000
+        if self.controller is not None and self.lease.controller_epoch is not None:
+            version = await asyncio.to_thread(self.store.metadata_version)
+            self._cluster_read = _ClusterRead(at_ms, version)
+        else:
+            lease, version = await asyncio.to_thread(self.lease.current_and_metadata_version)
+            self._cluster_read = _ClusterRead(at_ms, version, lease_read=True, lease=lease)
+        self._poll_wakeup.set()
+        self._duty_wakeup.set()
+
+    async def _on_cluster_reads(self, wakeup: asyncio.Event, duty: Callable[[_ClusterRead], Awaitable[None]]) -> None:
+        """Run ``duty`` with the latest cluster read each time a new one arrives (see `_read_cluster`)."""
+        while True:
+            await wakeup.wait()
+            wakeup.clear()
+            read = self._cluster_read
+            if read is None:
+                continue
+            try:
+                await duty(read)
+            except asyncio.CancelledError:
+                raise
+            except MetadataError as exc:
+                log.warning("%s: %s", duty.__name__, exc)
+            except Exception:
+                log.exception("%s failed", duty.__name__)
+
+    async def _apply_metadata_version(self, read: _ClusterRead) -> None:
+        """The metadata poll: read the change sequence when the version moved past this broker's image.
+
+        Once per ``metadata.poll.interval.ms``: the reads come every `controller_check_interval_s`,
+        which is the poll interval unless the heartbeat interval is shorter; then the poll takes the
+        first read at least a poll interval after the one it last took.
+        """
+        if read.at_ms - self._polled_at_ms < self.config.get_int("metadata.poll.interval.ms"):
+            return
+        self._polled_at_ms = read.at_ms
+        if read.version != self.image.version:
+            await self.refresh_metadata(unless_at=read.version)
+
     async def catch_up_metadata(self, min_interval_s: float = CATCH_UP_INTERVAL_S) -> None:
         """Read the metadata version, and the snapshot if it changed, in a check that starts after
         this call: called before answering that a topic is unknown, since it may have been created
@@ -455,8 +514,10 @@ class Broker:
         return min(self.config.get_int("metadata.poll.interval.ms"),
                    self.config.get_int("broker.heartbeat.interval.ms")) / 1000
 
-    async def _controller_duty(self) -> None:
-        """One pass of the controller role, run every `controller_check_interval_s`.
+    async def _controller_duty(self, read: _ClusterRead | None = None) -> None:
+        """One pass of the controller role, run on every cluster read (`_read_cluster`, every
+        `controller_check_interval_s`), with the lease item and metadata version it read; without
+        one (at start-up) the pass reads the lease itself.
 
         The lease holder renews the lease once per heartbeat interval, in a task of its own
         (`_renew_controller_lease`) so that a long pass (a snapshot of many partitions on a slow
@@ -469,6 +530,9 @@ class Broker:
         loop = asyncio.get_running_loop()
         if self.controller is not None and self.lease.controller_epoch is not None:
             epoch = self.lease.controller_epoch  # renewed by `_renew_controller_lease`
+        elif read is not None and read.lease_read:
+            # The lease as read then, timed as read then (the lease runs out on this process's clock).
+            epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id, read.at_ms, read.lease)
         else:
             epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id)
         if epoch is None:
@@ -489,10 +553,12 @@ class Broker:
             self.heartbeat_observer.begin_term(epoch, self.image.to_snapshot() if self.image.version >= 0 else None)
             self.controller = self.heartbeat_observer
         started = time.perf_counter()
-        result = await asyncio.to_thread(self.controller.run_once)
+        # The version read this pass stands for the election check's own read (`Controller.run_once`).
+        result = await asyncio.to_thread(self.controller.run_once, None, read.version if read is not None else None)
         self._count_elections(result.changed_partitions, result.shutdown_moves, started)
         started = time.perf_counter()
-        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch, self.controller.current_snapshot)
+        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch, self.controller.current_snapshot,
+                                            self.controller.unchanged_version)
         self.metrics.elections_done({"reassignment": self.image.leader_changes(completed)},
                                     time.perf_counter() - started)
         for state in completed:
@@ -562,6 +628,16 @@ class Broker:
                 # once the manifest says it is in S3.
                 continue
             partition.log.enforce_retention(high_watermark=partition.high_watermark)
+
+
+@dataclass(frozen=True)
+class _ClusterRead:
+    """One periodic read of the cluster items (`Broker._read_cluster`)."""
+
+    at_ms: float  # this process's monotonic clock, in ms, when the read began
+    version: int  # the metadata version
+    lease_read: bool = False  # whether the controller lease was read too (this broker did not hold it)
+    lease: ControllerLeaseState | None = None  # the lease item, None if no broker ever took it
 
 
 def _write_checkpoints(checkpoints: list[tuple[Path, int]]) -> None:

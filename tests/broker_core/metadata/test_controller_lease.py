@@ -116,3 +116,22 @@ def test_a_restarted_holder_waits_for_its_own_old_lease_to_lapse(store, other_st
     restarted = ControllerLease(other_store, LEASE_MS)
     assert restarted.try_acquire(1, now_ms=0) is None
     assert restarted.try_acquire(1, now_ms=LEASE_MS) == 2
+
+
+def test_the_lease_and_the_metadata_version_read_together_match_their_own_reads(store, other_store):
+    lease = ControllerLease(other_store, LEASE_MS)
+    assert lease.current_and_metadata_version() == (None, store.metadata_version())
+    holder = ControllerLease(store, LEASE_MS)
+    assert holder.try_acquire(1) == 1
+    store.bump_metadata_version()
+    state, version = lease.current_and_metadata_version()
+    assert state == lease.current() and state.holder == 1
+    assert version == store.metadata_version() > 0
+
+    # try_acquire with the state as read behaves as with its own read: the lease runs out on the
+    # observer's clock from its first sighting of the heartbeat, then it is taken.
+    assert lease.try_acquire(2, now_ms=0, state=state) is None
+    assert lease.try_acquire(2, now_ms=LEASE_MS - 1, state=state) is None
+    assert lease.try_acquire(2, now_ms=LEASE_MS, state=state) == 2
+    with pytest.raises(FencedControllerError):
+        holder.heartbeat()

@@ -135,3 +135,42 @@ def test_the_store_keeps_a_move_and_the_controller_completes_it(
                for r in missing.values())
     with pytest.raises(FencedControllerError):
         reassignments.alter({("moves", 0): tuple(reversed(target))}, epoch - 1)
+
+
+def test_a_controller_pass_reads_the_metadata_version_once_for_elections_and_completions(
+        store: MetadataStore, register_brokers: Callable[[list[int]], dict[int, int]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker_core.metadata.controller import Controller
+
+    register_brokers([1, 2, 3])
+    store.create_topic("moves", 1, 2)
+    epoch = ControllerLease(store).try_acquire(1)
+    assert epoch is not None
+    controller = Controller(store, epoch, session_timeout_ms=60_000)
+    reassignments = PartitionReassignments(store)
+    controller.run_once(now_ms=0)
+    assert controller.unchanged_version is None  # the first pass read the cluster
+    before = store.get_partition("moves", 0)
+    target = tuple(b for b in (1, 2, 3) if b not in before.replicas) + before.replicas[:1]
+    reassignments.alter({("moves", 0): target}, epoch)
+    controller.run_once(now_ms=1)
+    assert controller.unchanged_version is None  # the move bumped the version: planned again
+    assert reassignments.complete_ready(epoch, controller.current_snapshot, controller.unchanged_version) == []
+
+    reads = []
+    read_version = store.metadata_version
+    monkeypatch.setattr(store, "metadata_version", lambda: reads.append(1) or read_version())
+    controller.run_once(now_ms=2)
+    assert controller.unchanged_version == read_version() and len(reads) == 1
+    assert reassignments.complete_ready(epoch, controller.current_snapshot, controller.unchanged_version) == []
+    assert len(reads) == 1  # the pass's version stood for the completion check
+    controller.run_once(now_ms=2.5, version=read_version())
+    assert len(reads) == 1 and controller.unchanged_version is not None  # and a version handed in, for the election check
+
+    # The follower catches up: the ISR change bumps the version, so the next pass reads again and completes.
+    stored = store.get_partition("moves", 0)
+    store.update_partition(stored.with_isr(stored.isr + target[:1]), stored.partition_epoch)
+    controller.run_once(now_ms=3)
+    assert controller.unchanged_version is None
+    (completed,) = reassignments.complete_ready(epoch, controller.current_snapshot, controller.unchanged_version)
+    assert completed.replicas == target and not completed.reassigning
