@@ -341,6 +341,8 @@ class Controller:
         self._observations: dict[int, _HeartbeatObservation] = {}
         self._planned_version: int | None = None
         self._snapshot: ClusterSnapshot | None = None
+        # The broker epoch of each broker as of this controller's last complete pass (see `_elect_leaders`).
+        self._incarnations: dict[int, int] = {}
 
     def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
         """Record each broker's heartbeat as seen now; return the brokers stalled past the session timeout.
@@ -503,12 +505,24 @@ class Controller:
         snapshot = self._current_snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
         shutting_down = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.SHUTTING_DOWN}
+        # A broker registered again since this controller's last pass is a new incarnation: its ISR
+        # entries are its old one's, which leaders may have stopped counting once it was fenced
+        # (Partition.exclude_fenced), so it leaves the ISRs that have another running member and
+        # leads none of them, until a leader finds it caught up (KIP-903: a re-registered broker's
+        # ISR memberships are stale). An ISR with no other running member keeps it: no replica
+        # holds more.
+        reborn = {b.broker_id for b in snapshot.brokers
+                  if b.broker_id in running and self._incarnations.get(b.broker_id, b.broker_epoch) != b.broker_epoch}
+        counted = running - reborn
         proposals = []
         previous_leaders: dict[tuple[str, int], int] = {}
         for name, partitions in snapshot.partitions.items():
             unclean = unclean_election_enabled(snapshot.topics[name].configs)
             for partition in partitions:
-                proposal = plan_partition_change(partition, running, shutting_down, unclean)
+                eligible = running
+                if reborn and not reborn.isdisjoint(partition.isr) and not counted.isdisjoint(partition.isr):
+                    eligible = counted
+                proposal = plan_partition_change(partition, eligible, shutting_down, unclean)
                 if proposal is not None:
                     proposals.append((proposal, partition.partition_epoch))
                     previous_leaders[(partition.topic, partition.partition)] = partition.leader
@@ -529,6 +543,8 @@ class Controller:
                             "partition_epoch": written.partition_epoch, "isr": list(written.isr),
                             "controller_epoch": controller_epoch})
         self._planned_version = None if result.written or result.conflicted else snapshot.version
+        if not result.conflicted:
+            self._incarnations = {b.broker_id: b.broker_epoch for b in snapshot.brokers}
         shutdown_moves = [written for written in result.written
                           if previous_leaders.get((written.topic, written.partition), -1) in shutting_down]
         return list(result.written), shutdown_moves
