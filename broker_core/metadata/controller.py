@@ -516,6 +516,7 @@ class Controller:
         counted = running - reborn
         proposals = []
         previous_leaders: dict[tuple[str, int], int] = {}
+        previous_isrs: dict[tuple[str, int], tuple[int, ...]] = {}
         for name, partitions in snapshot.partitions.items():
             unclean = unclean_election_enabled(snapshot.topics[name].configs)
             for partition in partitions:
@@ -526,9 +527,26 @@ class Controller:
                 if proposal is not None:
                     proposals.append((proposal, partition.partition_epoch))
                     previous_leaders[(partition.topic, partition.partition)] = partition.leader
+                    previous_isrs[(partition.topic, partition.partition)] = partition.isr
         # Elections first: a partition without a live leader takes no write at all until its change
         # is written, one whose leader lives only waits for its ISR to shrink (to min.insync.replicas).
         proposals.sort(key=lambda change: change[0].leader == previous_leaders[(change[0].topic, change[0].partition)])
+        # A pass with elections writes the ISR-only changes that only drop fenced (or re-registered)
+        # brokers in the next pass, one check interval later. Leaders no longer wait for a fenced
+        # member (Partition.exclude_fenced), so those writes are not on the failover's path, and
+        # written right behind the elections they held the store (the local stack's moto runs one
+        # transaction at a time, ~1 s each for 97 partitions under load) while every broker was
+        # reading the elections' change items. A SHUTTING_DOWN broker leaves ISRs in the same pass
+        # (leaders still count it).
+        def deferrable(change: tuple[PartitionState, int]) -> bool:
+            key = (change[0].topic, change[0].partition)
+            return (change[0].leader == previous_leaders[key]
+                    and shutting_down.isdisjoint(set(previous_isrs[key]) - set(change[0].isr)))
+
+        now = [change for change in proposals if not deferrable(change)]
+        deferred = bool(now) and len(now) < len(proposals)
+        if deferred:
+            proposals = now
         # One pass moves every partition a fenced broker led or followed, in a few transactions
         # (see MetadataStore.update_partitions) rather than one round trip per partition. A
         # partition whose leader changed its ISR since the snapshot, or whose topic went away,
@@ -542,8 +560,8 @@ class Controller:
                             "previous_leader": previous, "leader": written.leader,
                             "partition_epoch": written.partition_epoch, "isr": list(written.isr),
                             "controller_epoch": controller_epoch})
-        self._planned_version = None if result.written or result.conflicted else snapshot.version
-        if not result.conflicted:
+        self._planned_version = None if result.written or result.conflicted or deferred else snapshot.version
+        if not result.conflicted and not deferred:
             self._incarnations = {b.broker_id: b.broker_epoch for b in snapshot.brokers}
         shutdown_moves = [written for written in result.written
                           if previous_leaders.get((written.topic, written.partition), -1) in shutting_down]

@@ -11,6 +11,11 @@ transactions (up to 97 partitions each) would be cancelled and written again: at
 that doubled the failover. Each change is one DynamoDB update conditional on the partition epoch
 the leader knows: if the controller or anyone else changed the partition first, the write fails and
 the leader re-reads the metadata instead of overwriting it.
+
+Until the controller's write lands, a leader does not wait for an ISR member whose broker its
+metadata shows FENCED (`Partition.exclude_fenced`, KIP-903's rule): acks=all writes go on with the
+members that live. Such a member stays uncounted while it is in the stored ISR, even once its broker
+registers again; this check then drops it, or counts it again once it has caught up.
 """
 
 from __future__ import annotations
