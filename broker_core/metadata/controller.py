@@ -342,6 +342,8 @@ class Controller:
         self._planned_version: int | None = None
         self._snapshot: ClusterSnapshot | None = None
         # The broker epoch of each broker as of this controller's last complete pass (see `_elect_leaders`).
+        # ISR-only changes that drop fenced brokers wait until then after an election pass (monotonic ms).
+        self._isr_only_not_before = 0.0
         self._incarnations: dict[int, int] = {}
 
     def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
@@ -398,7 +400,7 @@ class Controller:
             ):
                 fenced.append(broker.broker_id)
             self._observations.pop(broker.broker_id, None)
-        changed, shutdown_moves = self._elect_leaders(controller_epoch)
+        changed, shutdown_moves = self._elect_leaders(controller_epoch, monotonic_ms() if now_ms is None else now_ms)
         return ControllerRunResult(fenced_brokers=tuple(fenced), changed_partitions=tuple(changed),
                                    shutdown_moves=tuple(shutdown_moves))
 
@@ -471,7 +473,7 @@ class Controller:
         stale and FencedControllerError if this controller lost its lease.
         """
         self._store.set_broker_state(broker_id, broker_epoch, BrokerState.SHUTTING_DOWN)
-        changed, moved = self._elect_leaders(self.controller_epoch)
+        changed, moved = self._elect_leaders(self.controller_epoch, monotonic_ms())
         return ControlledShutdownResult(changed_partitions=tuple(changed), shutdown_moves=tuple(moved),
                                         still_led=self._store.partitions_led_by(broker_id))
 
@@ -496,7 +498,7 @@ class Controller:
         self._snapshot = self._store.snapshot()
         return self._snapshot
 
-    def _elect_leaders(self, controller_epoch: int) -> tuple[list[PartitionState], list[PartitionState]]:
+    def _elect_leaders(self, controller_epoch: int, now_ms: float) -> tuple[list[PartitionState], list[PartitionState]]:
         """The partitions changed (new states), and of those the ones a SHUTTING_DOWN broker led."""
         # Every broker-state and partition change bumps the metadata version, so a version this
         # controller already planned from cannot call for a change; skip the full read.
@@ -532,7 +534,7 @@ class Controller:
         # is written, one whose leader lives only waits for its ISR to shrink (to min.insync.replicas).
         proposals.sort(key=lambda change: change[0].leader == previous_leaders[(change[0].topic, change[0].partition)])
         # A pass with elections writes the ISR-only changes that only drop fenced (or re-registered)
-        # brokers in the next pass, one check interval later. Leaders no longer wait for a fenced
+        # brokers half a session later. Leaders no longer wait for a fenced
         # member (Partition.exclude_fenced), so those writes are not on the failover's path, and
         # written right behind the elections they held the store (the local stack's moto runs one
         # transaction at a time, ~1 s each for 97 partitions under load) while every broker was
@@ -544,7 +546,13 @@ class Controller:
                     and shutting_down.isdisjoint(set(previous_isrs[key]) - set(change[0].isr)))
 
         now = [change for change in proposals if not deferrable(change)]
-        deferred = bool(now) and len(now) < len(proposals)
+        if now and len(now) < len(proposals):
+            # Half a session: the brokers apply the elections and the new leaders' followers catch up
+            # first. Written in the same seconds, these transactions took the controller broker's
+            # CPU (it leads half the elected partitions) and the store while the elected partitions
+            # waited for their first acknowledged write.
+            self._isr_only_not_before = now_ms + self.session_timeout_ms / 2
+        deferred = len(now) < len(proposals) and now_ms < self._isr_only_not_before
         if deferred:
             proposals = now
         # One pass moves every partition a fenced broker led or followed, in a few transactions
