@@ -392,6 +392,10 @@ class Controller:
         self._observations: dict[int, _HeartbeatObservation] = {}
         self._planned_version: int | None = None
         self._snapshot: ClusterSnapshot | None = None
+        # The broker epoch of each broker as of this controller's last complete pass (see `_elect_leaders`).
+        # ISR-only changes that drop fenced brokers wait until then after an election pass (monotonic ms).
+        self._isr_only_not_before = 0.0
+        self._incarnations: dict[int, int] = {}
 
     def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
         """Record each broker's heartbeat as seen now; return the brokers stalled past the session timeout.
@@ -451,7 +455,7 @@ class Controller:
                 self._pass_version = None  # the fence moved the version on: read it again
                 fenced.append(broker.broker_id)
             self._observations.pop(broker.broker_id, None)
-        changed, shutdown_moves = self._elect_leaders(controller_epoch)
+        changed, shutdown_moves = self._elect_leaders(controller_epoch, monotonic_ms() if now_ms is None else now_ms)
         return ControllerRunResult(fenced_brokers=tuple(fenced), changed_partitions=tuple(changed),
                                    shutdown_moves=tuple(shutdown_moves))
 
@@ -524,7 +528,7 @@ class Controller:
         stale and FencedControllerError if this controller lost its lease.
         """
         self._store.set_broker_state(broker_id, broker_epoch, BrokerState.SHUTTING_DOWN)
-        changed, moved = self._elect_leaders(self.controller_epoch)
+        changed, moved = self._elect_leaders(self.controller_epoch, monotonic_ms())
         return ControlledShutdownResult(changed_partitions=tuple(changed), shutdown_moves=tuple(moved),
                                         still_led=self._store.partitions_led_by(broker_id))
 
@@ -549,7 +553,7 @@ class Controller:
         self._snapshot = self._store.snapshot()
         return self._snapshot
 
-    def _elect_leaders(self, controller_epoch: int) -> tuple[list[PartitionState], list[PartitionState]]:
+    def _elect_leaders(self, controller_epoch: int, now_ms: float) -> tuple[list[PartitionState], list[PartitionState]]:
         """The partitions changed (new states), and of those the ones a SHUTTING_DOWN broker led."""
         # Every broker-state and partition change bumps the metadata version, so a version this
         # controller already planned from cannot call for a change; skip the full read.
@@ -564,18 +568,54 @@ class Controller:
         snapshot = self._current_snapshot()
         running = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.RUNNING}
         shutting_down = {b.broker_id for b in snapshot.brokers if b.state is BrokerState.SHUTTING_DOWN}
+        # A broker registered again since this controller's last pass is a new incarnation: its ISR
+        # entries are its old one's, which leaders may have stopped counting once it was fenced
+        # (Partition.exclude_fenced), so it leaves the ISRs that have another running member and
+        # leads none of them, until a leader finds it caught up (KIP-903: a re-registered broker's
+        # ISR memberships are stale). An ISR with no other running member keeps it: no replica
+        # holds more.
+        reborn = {b.broker_id for b in snapshot.brokers
+                  if b.broker_id in running and self._incarnations.get(b.broker_id, b.broker_epoch) != b.broker_epoch}
+        counted = running - reborn
         proposals = []
         previous_leaders: dict[tuple[str, int], int] = {}
+        previous_isrs: dict[tuple[str, int], tuple[int, ...]] = {}
         for name, partitions in snapshot.partitions.items():
             unclean = unclean_election_enabled(snapshot.topics[name].configs)
             for partition in partitions:
-                proposal = plan_partition_change(partition, running, shutting_down, unclean)
+                eligible = running
+                if reborn and not reborn.isdisjoint(partition.isr) and not counted.isdisjoint(partition.isr):
+                    eligible = counted
+                proposal = plan_partition_change(partition, eligible, shutting_down, unclean)
                 if proposal is not None:
                     proposals.append((proposal, partition.partition_epoch))
                     previous_leaders[(partition.topic, partition.partition)] = partition.leader
+                    previous_isrs[(partition.topic, partition.partition)] = partition.isr
         # Elections first: a partition without a live leader takes no write at all until its change
         # is written, one whose leader lives only waits for its ISR to shrink (to min.insync.replicas).
         proposals.sort(key=lambda change: change[0].leader == previous_leaders[(change[0].topic, change[0].partition)])
+        # A pass with elections writes the ISR-only changes that only drop fenced (or re-registered)
+        # brokers half a session later. Leaders no longer wait for a fenced
+        # member (Partition.exclude_fenced), so those writes are not on the failover's path, and
+        # written right behind the elections they held the store (the local stack's moto runs one
+        # transaction at a time, ~1 s each for 97 partitions under load) while every broker was
+        # reading the elections' change items. A SHUTTING_DOWN broker leaves ISRs in the same pass
+        # (leaders still count it).
+        def deferrable(change: tuple[PartitionState, int]) -> bool:
+            key = (change[0].topic, change[0].partition)
+            return (change[0].leader == previous_leaders[key]
+                    and shutting_down.isdisjoint(set(previous_isrs[key]) - set(change[0].isr)))
+
+        now = [change for change in proposals if not deferrable(change)]
+        if now and len(now) < len(proposals):
+            # Half a session: the brokers apply the elections and the new leaders' followers catch up
+            # first. Written in the same seconds, these transactions took the controller broker's
+            # CPU (it leads half the elected partitions) and the store while the elected partitions
+            # waited for their first acknowledged write.
+            self._isr_only_not_before = now_ms + self.session_timeout_ms / 2
+        deferred = len(now) < len(proposals) and now_ms < self._isr_only_not_before
+        if deferred:
+            proposals = now
         # One pass moves every partition a fenced broker led or followed, in a few transactions
         # (see MetadataStore.update_partitions) rather than one round trip per partition. A
         # partition whose leader changed its ISR since the snapshot, or whose topic went away,
@@ -589,7 +629,9 @@ class Controller:
                             "previous_leader": previous, "leader": written.leader,
                             "partition_epoch": written.partition_epoch, "isr": list(written.isr),
                             "controller_epoch": controller_epoch})
-        self._planned_version = None if result.written or result.conflicted else snapshot.version
+        self._planned_version = None if result.written or result.conflicted or deferred else snapshot.version
+        if not result.conflicted and not deferred:
+            self._incarnations = {b.broker_id: b.broker_epoch for b in snapshot.brokers}
         shutdown_moves = [written for written in result.written
                           if previous_leaders.get((written.topic, written.partition), -1) in shutting_down]
         return list(result.written), shutdown_moves

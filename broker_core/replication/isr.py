@@ -11,6 +11,11 @@ transactions (up to 97 partitions each) would be cancelled and written again: at
 that doubled the failover. Each change is one DynamoDB update conditional on the partition epoch
 the leader knows: if the controller or anyone else changed the partition first, the write fails and
 the leader re-reads the metadata instead of overwriting it.
+
+Until the controller's write lands, a leader does not wait for an ISR member whose broker its
+metadata shows FENCED (`Partition.exclude_fenced`, KIP-903's rule): acks=all writes go on with the
+members that live. Such a member stays uncounted while it is in the stored ISR, even once its broker
+registers again; this check then drops it, or counts it again once it has caught up.
 """
 
 from __future__ import annotations
@@ -46,6 +51,13 @@ def proposed_isr(partition: Partition, live_brokers: set[int], lag_max_ms: float
             isr.append(replica)
             continue
         state = partition.followers.get(replica)
+        if replica in partition.fenced_out and replica in live_brokers:
+            # Fenced, then registered again while still in the stored ISR: a new incarnation, in the
+            # ISR only once it has caught up, as a follower joining it (see Partition.exclude_fenced).
+            if state is not None and state.log_end_offset >= max(partition.high_watermark,
+                                                                 partition.leader_epoch_start_offset):
+                isr.append(replica)
+            continue
         if replica in partition.isr:
             # Liveness is the controller's to act on (see the module doc); lag is the leader's.
             lagging = state is None or now_ms - state.caught_up_ms() > lag_max_ms
@@ -68,7 +80,7 @@ def next_isr_check_ms(partition: Partition, lag_max_ms: float) -> float:
         if replica == partition.broker_id:
             continue
         state = partition.followers.get(replica)
-        if replica not in partition.isr or state is None:
+        if replica not in partition.isr or replica in partition.fenced_out or state is None:
             return 0.0
         due = min(due, state.caught_up_ms() + lag_max_ms)
     return due
@@ -100,6 +112,8 @@ class IsrManager:
                 continue
             new_isr = proposed_isr(partition, live, lag_max, now)
             if set(new_isr) == set(partition.isr):
+                # Excluded members the check keeps are live and caught up, or fenced (the controller's).
+                partition.readmit(live.intersection(partition.fenced_out))
                 partition.isr_check_due_ms = next_isr_check_ms(partition, lag_max)
                 continue
             state = image.partitions.get((partition.topic, partition.index))

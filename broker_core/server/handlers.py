@@ -400,7 +400,7 @@ class RequestHandlers:
             result["error_message"] = "produce request carries no record batch"
             return
         metrics = self.context.metrics.topic(topic)
-        if acks == -1 and len(partition.isr) < partition.min_insync_replicas:
+        if acks == -1 and len(partition.in_sync) < partition.min_insync_replicas:
             result["error_code"] = ErrorCode.not_enough_replicas
             metrics.failed_produce.inc()
             return
@@ -441,7 +441,7 @@ class RequestHandlers:
             for future in futures:
                 future.cancel()
         for result, partition, _ in pending:
-            if result["error_code"] == ErrorCode.none and len(partition.isr) < partition.min_insync_replicas:
+            if result["error_code"] == ErrorCode.none and len(partition.in_sync) < partition.min_insync_replicas:
                 result["error_code"] = ErrorCode.not_enough_replicas_after_append
 
     # Fetch -------------------------------------------------------------------------------------
@@ -840,7 +840,7 @@ class RequestHandlers:
                         result["error_code"] = ErrorCode.unknown_topic_or_partition
                     elif partition is None or not partition.is_leader:
                         result["error_code"] = ErrorCode.not_leader_or_follower
-                    elif len(partition.isr) < partition.min_insync_replicas:
+                    elif len(partition.in_sync) < partition.min_insync_replicas:
                         result["error_code"] = ErrorCode.not_enough_replicas
                     else:
                         try:

@@ -47,7 +47,7 @@ class BrokerStateCollector(Collector):
     def _replicas(self) -> Iterator[GaugeMetricFamily]:
         partitions = list(self.context.replicas.partitions.values())
         led = [p for p in partitions if p.is_leader]
-        under = [p for p in led if len(p.isr) < len(p.replicas)]
+        under = [p for p in led if len(p.in_sync) < len(p.replicas)]
         yield gauge("kafka_server_replicamanager_partitioncount", "Partitions with a replica on this broker",
                     values=[((), len(partitions))])
         yield gauge("kafka_server_replicamanager_leadercount", "Partitions this broker leads", values=[((), len(led))])
@@ -56,7 +56,7 @@ class BrokerStateCollector(Collector):
                     values=[((), len(under))])
         yield gauge("kafka_server_replicamanager_underminisrpartitioncount",
                     "Partitions this broker leads whose ISR is below min.insync.replicas",
-                    values=[((), sum(1 for p in led if len(p.isr) < p.min_insync_replicas))])
+                    values=[((), sum(1 for p in led if len(p.in_sync) < p.min_insync_replicas))])
         yield gauge("kafka_cluster_partition_underreplicated",
                     "1 for a partition this broker leads that is under-replicated, else 0", ("topic", "partition"),
                     [((p.topic, str(p.index)), 1 if p in under else 0) for p in led])

@@ -20,7 +20,7 @@ import itertools
 import logging
 import shutil
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Set
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +147,9 @@ class Partition:
     partition_epoch: int = -1
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
+    # Leader only: members of ``isr`` that the leader does not wait for, because the metadata showed
+    # their broker FENCED (see `exclude_fenced`); `in_sync` is the ISR without them.
+    fenced_out: frozenset[int] = frozenset()
     high_watermark: int = 0
     leader_epoch_start_offset: int = 0
     min_insync_replicas: int = 1
@@ -253,6 +256,9 @@ class Partition:
         self.partition_epoch = partition_epoch
         self.replicas = replicas
         self.isr = isr
+        # A new term counts every ISR member until the replica manager names the fenced ones; in the
+        # same term an exclusion lasts while the member is in the ISR (see `exclude_fenced`).
+        self.fenced_out = frozenset() if new_term else self.fenced_out.intersection(isr)
         self.isr_check_due_ms = 0.0
         if new_term:
             # A new leader knows nothing of its followers' progress until they fetch again.
@@ -275,6 +281,7 @@ class Partition:
         self.partition_epoch = partition_epoch
         self.replicas = replicas
         self.isr = isr
+        self.fenced_out = frozenset()
         self.followers = {}
         self.wake(role_changed=True)
 
@@ -284,10 +291,48 @@ class Partition:
 
     def update_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
         self.isr = isr
+        self.fenced_out = self.fenced_out.intersection(isr)
         self.partition_epoch = partition_epoch
         self.isr_check_due_ms = 0.0
         self._maybe_advance_high_watermark()
         self.wake(role_changed=True)
+
+    @property
+    def in_sync(self) -> tuple[int, ...]:
+        """The ISR this leader counts for the high watermark and ``min.insync.replicas``: ``isr``
+        without the members whose broker is fenced (`exclude_fenced`)."""
+        if not self.fenced_out:
+            return self.isr
+        return tuple(replica for replica in self.isr if replica not in self.fenced_out)
+
+    def exclude_fenced(self, fenced: Set[int]) -> None:
+        """Stop waiting for ISR members whose broker the metadata shows FENCED (leader only).
+
+        KIP-903's rule, on what Floe's metadata holds: a member whose broker lost its registration
+        is out of the ISR in effect, before the controller's write that takes it out of the stored
+        ISR (at 1,000 partitions a fence is followed by transactions for every partition the broker
+        followed, seconds in which acks=all writes would wait for a dead follower). Counting fewer
+        members never acknowledges what the members counted do not hold, and a fenced broker cannot
+        be elected. An exclusion lasts while the member is in the stored ISR, even once its broker
+        registers again (a new incarnation holds no more than it fetches): the ISR check then takes
+        it out of the ISR, or counts it again once it has caught up (`readmit`)."""
+        if not self.is_leader:
+            self.fenced_out = frozenset()
+            return
+        out = frozenset(replica for replica in self.isr
+                        if replica != self.broker_id and (replica in fenced or replica in self.fenced_out))
+        if out == self.fenced_out:
+            return
+        self.fenced_out = out
+        self.isr_check_due_ms = 0.0
+        self._maybe_advance_high_watermark()
+        self.wake(role_changed=True)
+
+    def readmit(self, replicas: Set[int]) -> None:
+        """Count ``replicas`` again (excluded members that the ISR check found live and caught up)."""
+        if self.fenced_out & replicas:
+            self.fenced_out = self.fenced_out - replicas
+            self.wake(role_changed=True)
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
         """A follower fetching from `fetch_offset` has everything below it: its log-end offset."""
@@ -468,10 +513,11 @@ class Partition:
             return False
         # KIP-966: with fewer in-sync replicas than min.insync.replicas the HW stays put, so records
         # that no acks=all producer could have been told are safe never become visible as committed.
-        if len(self.isr) < self.min_insync_replicas:
+        in_sync = self.in_sync
+        if len(in_sync) < self.min_insync_replicas:
             return False
         candidates = [self.log_end_offset]
-        for replica in self.isr:
+        for replica in in_sync:
             if replica != self.broker_id:
                 candidates.append(self.followers.get(replica, ReplicaState()).log_end_offset)
         new_hw = min(candidates)

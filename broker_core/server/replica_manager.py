@@ -24,7 +24,7 @@ from pathlib import Path
 from broker_core.log.config import LogConfig
 from broker_core.log.log_directories import LogDeletions, stray_partition_directories
 from broker_core.metadata.image import MetadataImage
-from broker_core.metadata.state import PartitionState, TopicDescription
+from broker_core.metadata.state import BrokerState, PartitionState, TopicDescription
 from broker_core.settings import effective
 
 from .config import BrokerConfig
@@ -49,6 +49,8 @@ class ReplicaManager:
         self.config = config
         self.data_dir = Path(config.data_dir)
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # The brokers the last applied image showed FENCED (see `_exclude_fenced`).
+        self._fenced: frozenset[int] = frozenset()
         # The broker default (log.segment.delete.delay.ms), as Kafka's LogManager times log deletions.
         self.deletions = LogDeletions(config.log_config().file_delete_delay_ms)
 
@@ -132,7 +134,22 @@ class ReplicaManager:
         finally:
             for partition in ready.values():
                 partition.close()
+        self._exclude_fenced(image, changed)
         return new_followers
+
+    def _exclude_fenced(self, image: MetadataImage, changed: Collection[tuple[str, int]] | None) -> None:
+        """Tell each partition led here which of its ISR members' brokers are FENCED
+        (`Partition.exclude_fenced`): every partition when the fenced set changed (a fence reaches a
+        broker as a broker-state delta naming no partition) or on a full apply, else the changed ones."""
+        fenced = frozenset(b.broker_id for b in image.brokers.values() if b.state is BrokerState.FENCED)
+        if changed is None or fenced != self._fenced:
+            targets: Collection[Partition] = list(self.partitions.values())
+        else:
+            targets = [p for key in changed if (p := self.partitions.get(key)) is not None]
+        self._fenced = fenced
+        for partition in targets:
+            if partition.is_leader or partition.fenced_out:
+                partition.exclude_fenced(fenced)
 
     def _apply(self, image: MetadataImage, changed: Collection[tuple[str, int]] | None,
                ready: dict[tuple[str, int], Partition], new_followers: list[Partition]) -> None:

@@ -39,6 +39,18 @@ def test_broker_whose_heartbeat_stalls_is_fenced_and_loses_leadership_to_an_isr_
     assert result.fenced_brokers == (3,)
     assert store.get_broker(3).state is BrokerState.FENCED
     assert [store.get_broker(b).state for b in (1, 2)] == [BrokerState.RUNNING] * 2
+    # The fencing pass writes the elections only; leaders stop waiting for broker 3 on seeing the
+    # fence, and a pass half a session later takes it out of the other partitions' ISRs.
+    elected = {p.partition for p in result.changed_partitions}
+    assert elected == {n for n, p in before.items() if p.leader == 3}
+    for p in store.get_partitions("t"):
+        if p.partition not in elected:
+            assert p == before[p.partition]
+    controller.run_once(now_ms=SESSION_MS + 1)
+    for p in store.get_partitions("t"):
+        if p.partition not in elected:
+            assert p == before[p.partition]
+    controller.run_once(now_ms=SESSION_MS * 1.5)
     for p in store.get_partitions("t"):
         old = before[p.partition]
         assert 3 not in p.isr
@@ -133,6 +145,30 @@ def test_last_isr_member_leads_again_when_it_registers_again(store, register_bro
 
     after = store.get_partition("t", 0)
     assert (after.leader, after.isr, after.leader_epoch) == (1, (1,), 2)
+
+
+def test_a_broker_registered_again_leaves_every_isr_with_another_running_member(store, register_brokers, controller):
+    # Its ISR entries are its old incarnation's (KIP-903): a leader may have stopped counting them once
+    # it was fenced, so it must neither lead nor count until a leader finds it caught up again.
+    register_brokers([1, 2, 3])
+    store.create_topic("t", 3, 3)
+    store.create_topic("alone", 1, 1)
+    controller.run_once(now_ms=0)
+    before = {p.partition: p for p in store.get_partitions("t")}
+    alone = store.get_partition("alone", 0)
+
+    store.register_broker(alone.leader, "127.0.0.1", 19092 + alone.leader)  # a new incarnation, never fenced
+    controller.run_once(now_ms=1)  # the elections of the partitions it led
+    controller.run_once(now_ms=1 + SESSION_MS / 2)  # the ISR-only changes, half a session later
+
+    for p in store.get_partitions("t"):
+        old = before[p.partition]
+        assert alone.leader not in p.isr and p.leader != alone.leader
+        assert p.leader_epoch == old.leader_epoch + (old.leader == alone.leader)
+    assert store.get_partition("alone", 0) == alone  # no other member: it keeps its only replica
+    version = store.metadata_version()
+    controller.run_once(now_ms=2 + SESSION_MS / 2)  # counted as this incarnation from now on: nothing more to change
+    assert store.metadata_version() == version
 
 
 def test_controlled_shutdown_moves_every_leadership_away(store, register_brokers, controller):

@@ -23,7 +23,8 @@ def replica(topic: str, index: int, *, leader: bool, replicas: tuple[int, ...], 
             min_isr: int = 1, segments: tuple[tuple[int, int], ...] = ()) -> SimpleNamespace:
     """A hosted replica as the collectors read it; ``segments`` are (size, next offset), the last one active."""
     log = SimpleNamespace(segments=[SimpleNamespace(size=size, next_offset=end) for size, end in segments])
-    return SimpleNamespace(topic=topic, index=index, is_leader=leader, replicas=replicas, isr=isr,
+    # in_sync: the ISR the leader counts (Partition.in_sync), here no member fenced.
+    return SimpleNamespace(topic=topic, index=index, is_leader=leader, replicas=replicas, isr=isr, in_sync=isr,
                            min_insync_replicas=min_isr, log=log)
 
 

@@ -64,6 +64,49 @@ def test_an_acks_all_waiter_wakes_when_the_high_watermark_reaches_its_target_and
     asyncio.run(scenario())
 
 
+def test_an_acks_all_write_stops_waiting_for_a_fenced_isr_member_until_its_broker_is_counted_again(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        partition = open_leader(tmp_path, isr=(1, 2, 3), min_isr=2)
+        partition.record_follower_fetch(2, 0)
+        partition.record_follower_fetch(3, 0)
+        partition.append_as_leader(make_batch(n_records=10))
+        waiter = partition.high_watermark_future(10)
+        partition.record_follower_fetch(2, 10)
+        await asyncio.sleep(0)
+        assert partition.high_watermark == 0 and not waiter.done()  # broker 3 (dead) holds it back
+
+        partition.exclude_fenced({3})  # the metadata shows broker 3 FENCED
+        assert partition.in_sync == (1, 2) and partition.isr == (1, 2, 3)
+        assert partition.high_watermark == 10 and waiter.done()
+
+        # Broker 3 registered again, still in the stored ISR: it stays uncounted until the ISR check
+        # finds it caught up (readmit) or the ISR drops it.
+        partition.exclude_fenced(set())
+        assert partition.in_sync == (1, 2)
+        partition.append_as_leader(make_batch(n_records=10))
+        partition.record_follower_fetch(2, 20)
+        assert partition.high_watermark == 20
+        partition.readmit({3})
+        assert partition.in_sync == (1, 2, 3)
+        partition.append_as_leader(make_batch(n_records=10))
+        partition.record_follower_fetch(2, 30)
+        assert partition.high_watermark == 20  # counted again: broker 3 (at offset 0) holds it back
+
+        partition.exclude_fenced({3})
+        partition.update_isr((1, 2), 1)  # the controller's write: out of the stored ISR, nothing excluded
+        assert partition.fenced_out == frozenset() and partition.in_sync == (1, 2)
+        # Two members of three fenced: below min.insync.replicas 2 the HW stays put (KIP-966).
+        partition.update_isr((1, 2, 3), 2)
+        partition.exclude_fenced({2, 3})
+        assert partition.in_sync == (1,)
+        partition.append_as_leader(make_batch(n_records=10))
+        assert partition.high_watermark == 30
+        partition.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_role_or_isr_change_wakes_every_acks_all_waiter_to_look_again(tmp_path: Path) -> None:
     async def scenario() -> None:
         partition = open_leader(tmp_path, isr=(1, 2), min_isr=2)
