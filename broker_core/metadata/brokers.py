@@ -12,6 +12,7 @@ Thread-safety: as ``broker_core.metadata.tables``: shareable, synchronous, calle
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from pynamodb.exceptions import PynamoDBException
@@ -24,7 +25,7 @@ from broker_core.metadata.errors import (
     FencedControllerError,
     InvalidBrokerRegistrationError,
 )
-from broker_core.metadata.models import BROKER_EPOCH_ITEM, BrokerItem
+from broker_core.metadata.models import BROKER_EPOCH_ITEM, CONTROLLER_INCARNATIONS_ITEM, BrokerItem
 from broker_core.metadata.state import BrokerRegistration, BrokerState
 from broker_core.metadata.tables import MetadataTables, encode_broker_changes, metadata_failures
 from broker_core.security.principal import ANONYMOUS
@@ -179,6 +180,33 @@ class BrokerRegistry(MetadataTables):
         codes = self.transact_change(f"announce controller {broker_id}", build,
                                      brokers=encode_broker_changes(controller=broker_id))
         if codes is not None:
+            raise FencedControllerError(controller_epoch)
+
+    @metadata_failures
+    def controller_incarnations(self) -> dict[int, int]:
+        """Broker id -> broker epoch as of the last controller's last complete pass (empty if none
+        was written): see `Controller` on re-registered brokers."""
+        model = self.models.controller_incarnations
+        try:
+            item = model.get(CONTROLLER_INCARNATIONS_ITEM, consistent_read=True)
+        except model.DoesNotExist:
+            return {}
+        return {int(broker_id): int(epoch) for broker_id, epoch in json.loads(item.brokers).items()}
+
+    @metadata_failures
+    def write_controller_incarnations(self, incarnations: Mapping[int, int], controller_epoch: int) -> None:
+        """Controller write: record each broker's epoch as counted by this controller; raises
+        FencedControllerError if the lease moved past ``controller_epoch``. Not in the change
+        sequence: only controllers read it, at the start of a term."""
+        model = self.models.controller_incarnations
+        item = model(CONTROLLER_INCARNATIONS_ITEM, brokers=json.dumps({str(b): e for b, e in sorted(incarnations.items())}),
+                     controller_epoch=controller_epoch)
+
+        def build(transaction: TransactWrite) -> None:
+            self.add_controller_check(transaction, controller_epoch)
+            transaction.save(item)
+
+        if self.transact("record controller incarnations", build) is not None:
             raise FencedControllerError(controller_epoch)
 
     @metadata_failures

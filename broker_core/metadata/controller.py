@@ -395,7 +395,10 @@ class Controller:
         # The broker epoch of each broker as of this controller's last complete pass (see `_elect_leaders`).
         # ISR-only changes that drop fenced brokers wait until then after an election pass (monotonic ms).
         self._isr_only_not_before = 0.0
-        self._incarnations: dict[int, int] = {}
+        # Each broker's epoch as of the last complete pass, this controller's or (read at the start of
+        # its term) the previous controller's: a broker registered again since is a new incarnation.
+        self._incarnations: dict[int, int] | None = None
+        self._recorded_incarnations: dict[int, int] | None = None
 
     def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
         """Record each broker's heartbeat as seen now; return the brokers stalled past the session timeout.
@@ -574,8 +577,15 @@ class Controller:
         # leads none of them, until a leader finds it caught up (KIP-903: a re-registered broker's
         # ISR memberships are stale). An ISR with no other running member keeps it: no replica
         # holds more.
+        # The epochs counted last are stored (`write_controller_incarnations`), so that a new controller
+        # also knows a broker registered again since the previous controller's last pass: otherwise a
+        # controller killed between a fence and its ISR writes, and a quick restart of the fenced
+        # broker, would leave an electable ISR member that leaders had stopped counting.
+        if self._incarnations is None:
+            self._incarnations = self._recorded_incarnations = self._store.controller_incarnations()
+        known = self._incarnations
         reborn = {b.broker_id for b in snapshot.brokers
-                  if b.broker_id in running and self._incarnations.get(b.broker_id, b.broker_epoch) != b.broker_epoch}
+                  if b.broker_id in running and known.get(b.broker_id, b.broker_epoch) != b.broker_epoch}
         counted = running - reborn
         proposals = []
         previous_leaders: dict[tuple[str, int], int] = {}
@@ -631,7 +641,14 @@ class Controller:
                             "controller_epoch": controller_epoch})
         self._planned_version = None if result.written or result.conflicted or deferred else snapshot.version
         if not result.conflicted and not deferred:
-            self._incarnations = {b.broker_id: b.broker_epoch for b in snapshot.brokers}
+            incarnations = {b.broker_id: b.broker_epoch for b in snapshot.brokers}
+            if incarnations != self._recorded_incarnations:
+                # Written before this pass counts them: a controller that dies first leaves the old
+                # record, and its successor treats these brokers as registered again (removing them
+                # from ISRs once more at worst, never electing a stale member).
+                self._store.write_controller_incarnations(incarnations, controller_epoch)
+                self._recorded_incarnations = incarnations
+            self._incarnations = incarnations
         shutdown_moves = [written for written in result.written
                           if previous_leaders.get((written.topic, written.partition), -1) in shutting_down]
         return list(result.written), shutdown_moves

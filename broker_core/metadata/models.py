@@ -32,6 +32,11 @@
 - ``item="broker_configs"``: the dynamic broker configs (IncrementalAlterConfigs on BROKER resources):
   ``configs`` maps ``<default>`` (the cluster-wide default) or a broker id to its settings, and
   ``version`` is the condition of every change.
+- ``item="controller_incarnations"``: ``brokers`` (JSON: broker id -> broker epoch), the epoch of
+  each broker as of the controller's last complete pass, written (conditional on the controller
+  epoch) when it changes, so that a new controller tells a broker registered again since then (a
+  new incarnation, whose ISR entries are stale) from one it already counted; ``controller_epoch``
+  of the writer.
 
 ``<prefix>brokers`` (hash key ``broker_id``, number): one registration per broker id, replaced on
 re-registration; ``broker_epoch``, ``host``, ``port``, ``rack``, ``state``, ``heartbeat``
@@ -80,6 +85,7 @@ METADATA_VERSION_ITEM = "metadata_version"
 BROKER_EPOCH_ITEM = "broker_epoch"
 PRODUCER_IDS_ITEM = "producer_ids"
 BROKER_CONFIGS_ITEM = "broker_configs"
+CONTROLLER_INCARNATIONS_ITEM = "controller_incarnations"
 CHANGE_ITEM_PREFIX = "change#"
 
 
@@ -95,6 +101,12 @@ class ControllerLeaseItem(Model):
 class MetadataVersionItem(Model):
     item = UnicodeAttribute(hash_key=True)
     version = NumberAttribute(default=0)
+
+
+class ControllerIncarnationsItem(Model):
+    item = UnicodeAttribute(hash_key=True)
+    brokers = UnicodeAttribute()  # JSON {broker id: broker epoch}
+    controller_epoch = NumberAttribute()
 
 
 class MetadataChangeItem(Model):
@@ -171,6 +183,7 @@ class BoundModels:
     broker_epoch_counter: type[BrokerEpochCounterItem]
     producer_id_block: type[ProducerIdBlockItem]
     broker_configs: type[BrokerConfigsItem]
+    controller_incarnations: type[ControllerIncarnationsItem]
     broker: type[BrokerItem]
     topic: type[TopicItem]
     partition: type[PartitionItem]
@@ -184,6 +197,7 @@ class BoundModels:
             self.broker_epoch_counter,
             self.producer_id_block,
             self.broker_configs,
+            self.controller_incarnations,
             self.broker,
             self.topic,
             self.partition,
@@ -206,6 +220,7 @@ def bind_models(settings: AwsSettings) -> BoundModels:
         "broker_epoch_counter": bind_model(BrokerEpochCounterItem, settings, CLUSTER_TABLE),
         "producer_id_block": bind_model(ProducerIdBlockItem, settings, CLUSTER_TABLE),
         "broker_configs": bind_model(BrokerConfigsItem, settings, CLUSTER_TABLE),
+        "controller_incarnations": bind_model(ControllerIncarnationsItem, settings, CLUSTER_TABLE),
         "broker": bind_model(BrokerItem, settings, BROKERS_TABLE),
         "topic": bind_model(TopicItem, settings, TOPICS_TABLE),
         "partition": bind_model(PartitionItem, settings, PARTITIONS_TABLE),

@@ -171,6 +171,29 @@ def test_a_broker_registered_again_leaves_every_isr_with_another_running_member(
     assert store.metadata_version() == version
 
 
+def test_a_new_controller_knows_a_broker_registered_again_since_its_predecessor_last_counted(
+    store, register_brokers
+):
+    # The predecessor counted every broker, then lost its lease before it saw a broker register again
+    # (a quick restart after a fence): the successor must not take that broker's old ISR entries as current.
+    register_brokers([1, 2, 3])
+    store.create_topic("t", 3, 3)
+    lease = ControllerLease(store, 10_000)
+    Controller(store, lease.try_acquire(0), session_timeout_ms=SESSION_MS).run_once(now_ms=0)
+    assert store.controller_incarnations() == {b.broker_id: b.broker_epoch for b in store.list_brokers()}
+    restarted = store.get_partition("t", 0).leader
+    store.register_broker(restarted, "127.0.0.1", 19092 + restarted)
+    lease.release()
+
+    successor = Controller(store, ControllerLease(store, 10_000).try_acquire(7), session_timeout_ms=SESSION_MS)
+    successor.run_once(now_ms=0)  # the elections of the partitions it led
+    successor.run_once(now_ms=SESSION_MS / 2)  # the ISR-only changes, half a session later
+
+    for p in store.get_partitions("t"):
+        assert restarted not in p.isr and p.leader != restarted
+    assert store.controller_incarnations()[restarted] == store.get_broker(restarted).broker_epoch
+
+
 def test_controlled_shutdown_moves_every_leadership_away(store, register_brokers, controller):
     epochs = register_brokers([1, 2])
     store.create_topic("t", 4, 2)
