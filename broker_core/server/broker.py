@@ -100,6 +100,19 @@ class BrokerParts:
     followers: Sequence[MetadataFollower] = ()
 
 
+
+async def _run_duty(duty: Callable[..., Awaitable[None]], *args: object) -> None:
+    """One run of a periodic duty: its failure is logged (a metadata store failure as a warning), never
+    raised, so the duty runs again at its next turn."""
+    try:
+        await duty(*args)
+    except asyncio.CancelledError:
+        raise
+    except MetadataError as exc:
+        log.warning("%s: %s", duty.__name__, exc)
+    except Exception:
+        log.exception("%s failed", duty.__name__)
+
 class Broker:
     """One broker node's membership in the cluster: registration, metadata, controller role, duties.
 
@@ -290,14 +303,7 @@ class Broker:
 
     async def _every(self, interval_s: float, duty: Callable[[], Awaitable[None]]) -> None:
         while True:
-            try:
-                await duty()
-            except asyncio.CancelledError:
-                raise
-            except MetadataError as exc:
-                log.warning("%s: %s", duty.__name__, exc)
-            except Exception:
-                log.exception("%s failed", duty.__name__)
+            await _run_duty(duty)
             await asyncio.sleep(interval_s)
 
     async def _sample_event_loop_lag(self, interval_s: float) -> None:
@@ -375,14 +381,7 @@ class Broker:
             read = self._cluster_read
             if read is None:
                 continue
-            try:
-                await duty(read)
-            except asyncio.CancelledError:
-                raise
-            except MetadataError as exc:
-                log.warning("%s: %s", duty.__name__, exc)
-            except Exception:
-                log.exception("%s failed", duty.__name__)
+            await _run_duty(duty, read)
 
     async def _apply_metadata_version(self, read: _ClusterRead) -> None:
         """The metadata poll: read the change sequence when the version moved past this broker's image.

@@ -6,7 +6,7 @@ import time
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker_core.records.header import Compression
+from broker_core.records.header import Compression, set_base_offset
 
 
 def make_batch(
@@ -40,6 +40,20 @@ def make_batch(
         value = (prefix * (value_size // max(1, len(prefix)) + 1))[:value_size]
         builder.append(index, timestamp_ms + index * timestamp_step_ms, key, value, [])
     return bytes(builder.build())
+
+
+def leader_batches(base_offset: int, counts: list[int], epoch: int = 0,
+                   timestamp_ms: int = 1_700_000_000_000) -> bytes:
+    """Batches of ``counts`` records each (10-byte values) as a leader holds them: consecutive offsets
+    from ``base_offset``, partition leader epoch ``epoch``; what a follower appends."""
+    out = bytearray()
+    for count in counts:
+        batch = bytearray(make_batch(count, 10, timestamp_ms))
+        set_base_offset(batch, 0, base_offset)
+        batch[12:16] = epoch.to_bytes(4, "big")
+        out += batch
+        base_offset += count
+    return bytes(out)
 
 
 def records_of(batch: bytes) -> list[tuple[int, int, bytes | None, bytes | None]]:

@@ -19,8 +19,8 @@ from broker_core.log import (
 from broker_core.log import segment as segment_module
 from broker_core.log.segment import RESERVE_AHEAD_BYTES, Segment, reserve_blocks
 from broker_core.records.errors import CorruptCrcError, TruncatedBatchError
-from broker_core.records.header import iter_headers, parse_header, set_base_offset
-from tests.support.batches import make_batch, records_of
+from broker_core.records.header import iter_headers, parse_header
+from tests.support.batches import leader_batches, make_batch, records_of
 
 NOW = 1_700_000_000_000
 
@@ -517,17 +517,6 @@ def test_leader_epochs_are_recorded_at_their_first_offset(tmp_path: Path) -> Non
     log.truncate_to(2)
     assert [(e.epoch, e.start_offset) for e in log.leader_epochs.entries] == [(0, 0)]
     log.close()
-
-
-def leader_batches(base_offset: int, counts: list[int], epoch: int = 0) -> bytes:
-    out = bytearray()
-    for count in counts:
-        batch = bytearray(make_batch(count, 10, NOW))
-        set_base_offset(batch, 0, base_offset)
-        batch[12:16] = epoch.to_bytes(4, "big")
-        out += batch
-        base_offset += count
-    return bytes(out)
 
 
 def test_append_as_follower_keeps_the_leaders_offsets_and_epochs(tmp_path: Path) -> None:

@@ -11,25 +11,14 @@ import pytest
 from broker_core.log import LogConfig, PartitionLog
 from broker_core.log.partition_log import PendingAppend
 from broker_core.log.segment import Segment
-from broker_core.records.header import iter_headers, set_base_offset
-from tests.support.batches import make_batch
+from broker_core.records.header import iter_headers
+from tests.support.batches import leader_batches, make_batch
 
 NOW = 1_700_000_000_000
 
 
 def open_log(path: Path, **settings: object) -> PartitionLog:
     return PartitionLog.open(path / "topic-0", LogConfig(**settings), topic="topic", partition=0)
-
-
-def leader_batches(base_offset: int, counts: list[int], epoch: int = 0) -> bytes:
-    out = bytearray()
-    for count in counts:
-        batch = bytearray(make_batch(count, 10, NOW))
-        set_base_offset(batch, 0, base_offset)
-        batch[12:16] = epoch.to_bytes(4, "big")
-        out += batch
-        base_offset += count
-    return bytes(out)
 
 
 def offsets_read(log: PartitionLog) -> list[tuple[int, int]]:
