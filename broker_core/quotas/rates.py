@@ -10,9 +10,9 @@ by ``max_throttle_s``.
 
 `TokenBucket` is KIP-599's measure of controller mutations, which Floe also uses for producer bytes
 (see `manager`) and the replication throttles (`replication`): it holds up to ``quota * samples *
-window_s`` tokens (the burst; ``burst_s`` seconds of the quota when given), refills at ``quota``
-per second, and a recorded value takes its count of tokens, which may go negative; while it is
-negative the quota is exceeded and the throttle is the time to refill to zero.
+window_s`` tokens (the burst), refills at ``quota`` per second, and a recorded value takes its count
+of tokens, which may go negative; while it is negative the quota is exceeded and the throttle is the
+time to refill to zero.
 
 Times are seconds on the caller's monotonic clock, passed in, so tests need no sleeping. Not thread
 safe: a broker uses them from its event loop only.
@@ -95,17 +95,16 @@ class SampledRate:
 class TokenBucket:
     """KIP-599's token bucket (see the module doc)."""
 
-    __slots__ = ("config", "burst_s", "tokens", "_updated_s", "last_record_s")
+    __slots__ = ("config", "tokens", "_updated_s", "last_record_s")
 
-    def __init__(self, config: WindowConfig, quota: float, now_s: float, *, burst_s: float | None = None) -> None:
+    def __init__(self, config: WindowConfig, quota: float, now_s: float) -> None:
         self.config = config
-        self.burst_s = config.span_s if burst_s is None else burst_s
-        self.tokens = quota * self.burst_s
+        self.tokens = quota * config.span_s
         self._updated_s = now_s
         self.last_record_s = now_s
 
     def _refill(self, quota: float, now_s: float) -> None:
-        burst = quota * self.burst_s
+        burst = quota * self.config.span_s
         self.tokens = min(burst, self.tokens + quota * max(now_s - self._updated_s, 0.0))
         self._updated_s = now_s
 

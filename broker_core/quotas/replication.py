@@ -108,7 +108,8 @@ class ReplicationQuota:
 
     def __init__(self, quota: Callable[[], float], now_s: float) -> None:
         self.quota = quota
-        self._bucket = TokenBucket(WindowConfig(samples=1, window_s=BURST_S), quota(), now_s, burst_s=BURST_S)
+        # One window of BURST_S: the bucket holds BURST_S seconds of the rate.
+        self._bucket = TokenBucket(WindowConfig(samples=1, window_s=BURST_S), quota(), now_s)
 
     def limited(self) -> bool:
         """Whether a quota is set at all (the default, Long.MAX_VALUE, is none)."""
