@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+import re
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Annotated, Any
@@ -46,8 +47,6 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 
 from broker_core.client import FloeClient, KafkaError
 from broker_core.clock import wall_clock_ms
-from broker_core.partitioner import partition_for_key
-from broker_core.records import SimpleRecord, build_batch
 from broker_core.security.acls import AclOperation, ResourceType
 from broker_core.settings import TOPIC_SETTINGS
 from functions import runtime
@@ -59,6 +58,9 @@ from functions.models import (
     ProduceRecords,
     ProduceResponse,
 )
+from functions.partitioning import partitions_for_keys
+from functions.produce_body import RecordFields, decode_records
+from functions.record_encoding import RecordParts, encode_batch
 from functions.telemetry import BYTES_IN, FAILED_PRODUCE_REQUESTS, MESSAGES_IN, count_topic, tracer
 
 router = Router()
@@ -67,6 +69,20 @@ IDEMPOTENCY_EXPIRY_S = 24 * 3600
 _IDEMPOTENCY_KEY_PREFIX = "floe-http-produce"
 _MAX_MESSAGE_BYTES = "max.message.bytes"
 _DEFAULT_MAX_MESSAGE_BYTES = int(TOPIC_SETTINGS[_MAX_MESSAGE_BYTES].default)
+
+
+# The route's path with a topic its Path(pattern=TOPIC_NAME_PATTERN) accepts as it is.
+_FAST_PATH = re.compile(r"/v1/topics/([a-zA-Z0-9._-]{1,249})/records")
+
+
+@dataclass(frozen=True)
+class FastProduce:
+    """A produce request read without the resolver (`read_fast`)."""
+
+    topic: str
+    records: list[RecordFields]
+    idempotency_key: str | None
+    raw_body: str
 
 
 @dataclass(frozen=True)
@@ -96,7 +112,7 @@ async def _max_message_bytes(client: FloeClient, container: runtime.Container, t
 
 
 @tracer.capture_method(capture_response=False)  # records and batches: too big for a trace
-def prepare(container: runtime.Container, topic: str, records: list[ProduceRecord], now_ms: int) -> PreparedProduce:
+def prepare(container: runtime.Container, topic: str, records: list[RecordFields], now_ms: int) -> PreparedProduce:
     """Place and encode the records; raises ApiError (nothing sent) when any of them cannot be appended."""
 
     async def load(client: FloeClient) -> tuple[int, int]:
@@ -108,37 +124,39 @@ def prepare(container: runtime.Container, topic: str, records: list[ProduceRecor
         container.forget(("partitions", topic))
         raise api_error_for(error) from error
     sticky_partition = random.randrange(num_partitions)
-    by_partition: dict[int, list[SimpleRecord]] = {}
+    by_partition: dict[int, list[RecordParts]] = {}
     placements: list[tuple[int, int, int]] = []
     field_errors: list[FieldError] = []
-    for number, record in enumerate(records):
-        key = record.key.to_bytes() if record.key is not None else None
-        value = record.value.to_bytes() if record.value is not None else None
-        if record.partition_id is not None:
-            if record.partition_id >= num_partitions:
+    keyed = partitions_for_keys([key for partition, key, _, _, _ in records if partition is None and key is not None],
+                                num_partitions)
+    keyed_index = 0
+    for number, (partition_id, key, value, timestamp, headers) in enumerate(records):
+        if partition_id is not None:
+            if partition_id >= num_partitions:
                 field_errors.append(FieldError(
                     field=f"body.records.{number}.partition_id", type="partition_not_found",
                     message=f"topic {topic!r} has {num_partitions} partitions (0..{num_partitions - 1})"))
                 continue
-            partition = record.partition_id
+            partition = partition_id
         elif key is not None:
-            partition = partition_for_key(key, num_partitions)
+            partition = keyed[keyed_index]
+            keyed_index += 1
         else:
             partition = sticky_partition
-        timestamp = record.timestamp_ms()
         if timestamp is None:
             timestamp = now_ms
-        headers = tuple((header.name, header.value_bytes()) for header in record.headers)
-        batch = by_partition.setdefault(partition, [])
+        batch = by_partition.get(partition)
+        if batch is None:
+            batch = by_partition[partition] = []
         placements.append((partition, len(batch), timestamp))
-        batch.append(SimpleRecord(key=key, value=value, headers=headers, timestamp=timestamp))
+        batch.append((key, value, headers, timestamp))
     if field_errors:
         raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, "some records name a partition the topic does not have",
                        errors=field_errors)
     batches: dict[int, bytes] = {}
     for partition, partition_records in by_partition.items():
         try:
-            batches[partition] = build_batch(partition_records)
+            batches[partition] = encode_batch(partition_records)
         except ValueError as error:
             raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY, f"the records for partition {partition} cannot be "
                            f"encoded: {error}") from error
@@ -224,23 +242,63 @@ def produce_records(
     body: Annotated[ProduceBody, Body()],
     idempotency_key: Annotated[str | None, Header(alias="idempotency-key", min_length=1, max_length=255)] = None,
 ) -> ProduceResponse:
+    records = body.records if isinstance(body, ProduceRecords) else [body]
+    answer = checked_produce(topic, [record_fields(record) for record in records], idempotency_key,
+                             router.current_event.body or "")
+    return ProduceResponse.model_validate(answer)
+
+
+def read_fast(event: dict[str, Any]) -> FastProduce | None:
+    """The produce request in ``event`` when `functions.produce_body` reads its body and its path and
+    header are ones the route's validation passes as they are; None for any other request (the
+    resolver then routes and validates it)."""
+    match = _FAST_PATH.fullmatch(event.get("rawPath") or "")
+    if match is None or event.get("isBase64Encoded") or event.get("requestContext", {}).get(
+            "http", {}).get("method") != "POST":
+        return None
+    idempotency_key = None
+    for name, value in (event.get("headers") or {}).items():
+        if name.lower() == "idempotency-key":
+            if not isinstance(value, str) or not 1 <= len(value) <= 255:
+                return None
+            idempotency_key = value
+    raw_body = event.get("body")
+    if not raw_body:
+        return None
+    records = decode_records(raw_body)
+    if records is None:
+        return None
+    return FastProduce(match.group(1), records, idempotency_key, raw_body)
+
+
+def checked_produce(topic: str, records: list[RecordFields], idempotency_key: str | None,
+                    raw_body: str) -> dict[str, Any]:
+    """The route's work once its input is read: the ACL check, then `produce`; a failure after the check
+    counts one failed produce request."""
     runtime.require(AclOperation.WRITE, ResourceType.TOPIC, topic)
     try:
-        return _produce(topic, body, idempotency_key)
+        return produce(records, topic, idempotency_key, raw_body)
     except Exception:
         count_topic(FAILED_PRODUCE_REQUESTS, topic, 1)
         raise
 
 
-def _produce(topic: str, body: ProduceBody, idempotency_key: str | None) -> ProduceResponse:
+def record_fields(record: ProduceRecord) -> RecordFields:
+    """A validated record as `prepare` takes it (what `functions.produce_body` reads from the same record)."""
+    return (record.partition_id,
+            record.key.to_bytes() if record.key is not None else None,
+            record.value.to_bytes() if record.value is not None else None,
+            record.timestamp_ms(),
+            tuple((header.name, header.value_bytes()) for header in record.headers))
+
+
+def produce(records: list[RecordFields], topic: str, idempotency_key: str | None, raw_body: str) -> dict[str, Any]:
+    """Append ``records`` (read from ``raw_body``) to ``topic``, under ``idempotency_key`` if given; the
+    answer as ProduceResponse's fields. The caller has checked the ACL."""
     container = runtime.current()
-    records = body.records if isinstance(body, ProduceRecords) else [body]
     prepared = prepare(container, topic, records, wall_clock_ms())
     principal = runtime.current_principal()
-    raw_body = router.current_event.body or ""
     container.quotas.produce(principal, len(raw_body.encode("utf-8")))
     if idempotency_key is None:
-        answer = append(container, prepared)
-    else:
-        answer = _append_with_key(container, prepared, idempotency_key, raw_body, principal)
-    return ProduceResponse.model_validate(answer)
+        return append(container, prepared)
+    return _append_with_key(container, prepared, idempotency_key, raw_body, principal)
