@@ -15,6 +15,13 @@ while the first is still running gets 409. Records without a key or partition al
 partition picked at random per request, as Kafka's sticky partitioner does per batch. A caller over
 its ``producer_byte_rate`` quota (functions.quotas) gets 429 before anything is sent.
 
+A body of ``{"records": [...]}`` that `functions.produce_body` reads (msgspec, the same rules as the
+pydantic models) skips the resolver's routing, validation and response serialization (`read_fast`,
+`functions.app`); any other body (one record, an ISO-8601 timestamp, anything pydantic would coerce
+or refuse) goes through the route and pydantic, so every error body is the route's. Keys are placed
+by `functions.partitioning` (all keys of the request at once) and each partition's batch is written
+by `functions.record_encoding`; both give what Kafka's partitioner and `build_batch` give.
+
 Metrics (`functions.telemetry`): records and batch bytes appended count to the topic's messages-in
 and bytes-in (an idempotent replay appends nothing and counts nothing); a request that passed its
 ACL check and then failed counts one failed produce request.

@@ -11,9 +11,6 @@ anything else (a body with one record rather than ``{"records": [...]}``, an ISO
 number where pydantic would coerce, NaN, a field error of any kind) it returns None and the caller
 validates the body with the pydantic models, which then give the answer and its field errors. So
 every error body stays pydantic's, and the fast reader only ever changes how fast a valid body is read.
-
-Measured on a 500-record body (docs/performance.md, "HTTP front end: tail latency"): `json.loads` plus
-pydantic's validation took about 8 ms, this reader with the records' bytes about 1 ms.
 """
 
 from __future__ import annotations
