@@ -194,3 +194,53 @@ def test_a_json_value_is_stored_as_its_compact_serialization() -> None:
     [(_, _, value, _, _)] = decode_records(text)
     assert value == json.dumps({"b": [1, 2.5, "é"], "a": None}, separators=(",", ":"), ensure_ascii=False).encode()
 
+
+
+def _answers(monkeypatch: pytest.MonkeyPatch, outcome: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fast path's and the resolver's answers to one produce request whose work (`checked_produce`,
+    which both paths call) returns or raises ``outcome``."""
+    from functions import app, produce
+    from functions.local_adapter import LocalLambdaContext
+
+    monkeypatch.setenv("FLOE_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+
+    def work(*args: Any) -> Any:
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(produce, "checked_produce", work)
+    event = _event(headers=[("Idempotency-Key", "k-1")])
+    request = read_fast(event)
+    assert request is not None
+    fast = app._produce_fast(request)
+    slow = app.app.resolve(event, LocalLambdaContext(aws_request_id="r-1", region="us-east-1"))
+    return fast, slow
+
+
+@pytest.mark.parametrize("outcome", [
+    {"results": [{"partition_id": 2, "offset": 10, "timestamp": 1_795_807_200_391}]},
+    "api-error", "kafka-error", "client-error", "quota-unavailable",
+])
+def test_the_fast_path_answers_as_the_resolver_does(monkeypatch: pytest.MonkeyPatch, outcome: Any) -> None:
+    from kio.schema.errors import ErrorCode
+
+    from broker_core.client import ClientError, KafkaError
+    from functions.errors import ApiError
+    from functions.quotas import QuotaUnavailableError
+
+    raised = {
+        "api-error": ApiError(429, "over quota", headers={"Retry-After": "3"}, retry_after_s=3),
+        "kafka-error": KafkaError(ErrorCode.not_leader_or_follower, "moved", topic="orders", partition=1),
+        "client-error": ClientError("no route to 10.0.0.7:9092"),
+        "quota-unavailable": QuotaUnavailableError("table gone"),
+    }
+    fast, slow = _answers(monkeypatch, raised[outcome] if isinstance(outcome, str) else outcome)
+    assert fast == slow
+    assert json.loads(fast["body"]) == json.loads(slow["body"])
+
+
+def test_what_no_handler_names_leaves_the_fast_path_as_it_leaves_the_resolver(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        _answers(monkeypatch, RuntimeError("boom"))
