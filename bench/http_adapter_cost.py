@@ -9,7 +9,7 @@ the bench's four) with a handler that does no work and answers what a 500-record
 and sends it the bench's very request bodies one at a time: the per-request time is the adapter's
 and the client's share of each HTTP request in the bench.
 
-    .venv/bin/python bench/http_adapter_cost.py --requests 300
+    .venv/bin/python bench/http_adapter_cost.py --requests 200 --runs 5
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.http_bench import RECORDS_PER_REQUEST, HttpSide, http_body, percentile  # noqa: E402
+from bench.machine import result_header, write_result  # noqa: E402
 from functions.local_adapter import LocalApiServer  # noqa: E402
 
 TOKEN = "adapter-cost-bench"
@@ -50,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "http_adapter_cost.json")
     args = parser.parse_args()
     bodies = [http_body(n * RECORDS_PER_REQUEST) for n in range(args.requests)]
     listening = socket.create_server(("127.0.0.1", 0), backlog=64)
@@ -66,11 +68,14 @@ def main() -> None:
                 side.post("/v1/topics/bench/records", body)
                 latencies.append(time.perf_counter() - started)
             runs.append({"p50_ms": round(percentile(latencies, 0.5) * 1000, 3),
-                         "p99_ms": round(percentile(latencies, 0.99) * 1000, 3)})
+                         "p99_ms": round(percentile(latencies, 0.99) * 1000, 3),
+                         "load_average_1min": round(os.getloadavg()[0], 2)})
             print(f"adapter round trip, no-op handler: p50 {runs[-1]['p50_ms']} ms, p99 {runs[-1]['p99_ms']} ms; "
                   f"load average {os.getloadavg()[0]:.2f}", flush=True)
-        print(json.dumps({"body_bytes": len(bodies[0]), "median_p50_ms": statistics.median(r["p50_ms"] for r in runs),
-                          "runs": runs}))
+        summary = {"body_bytes": len(bodies[0]), "requests": args.requests,
+                   "median_p50_ms": statistics.median(r["p50_ms"] for r in runs), "runs": runs}
+        write_result(args.output, {**result_header("http_adapter_cost"), **summary})
+        print(json.dumps(summary))
     finally:
         worker.terminate()
         worker.join()
