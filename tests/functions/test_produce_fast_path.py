@@ -105,7 +105,7 @@ READ_FAST = [
 NOT_READ_FAST = [
     _record(),  # one record, not {"records": [...]}
     {"records": []},
-    {"records": [_record()] * (MAX_RECORDS_PER_REQUEST + 1)},
+    {"records": [{}] * (MAX_RECORDS_PER_REQUEST + 1)},
     {"records": [_record()], "extra": 1},
     {"records": [_record(extra=1)]},
     {"records": [_record(partition_id=-1)]},
