@@ -227,6 +227,11 @@ def run_case(partitions: int, profile: str, idle_s: float, directory: Path, kill
             "rss_kib_per_replica": {b: round((rss_after[b] - rss_before[b]) / replicas_per_broker, 1)
                                     for b in rss_after},
             "load_average": load_average(),
+            # How many partitions first took a write in each second after CreateTopics was sent, and the
+            # prober's answers (a partition whose write waited for a request's timeout shows as a burst).
+            "create_accepted_by_second": {str(second): count for second, count in sorted(
+                Counter(int(t) for t in prober.accepted_after_s.values()).items())},
+            "create_answers": dict(prober.answers),
         }
         if kill is not None:
             result["failover"] = measure_failover(stack, store, partitions, session_timeout_ms, kill)
