@@ -42,6 +42,7 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -136,13 +137,15 @@ def create_topic(stack: LocalStack, store: MetadataStore, partitions: int) -> No
 
     async def create() -> None:
         process = stack.processes[int(lease.holder)]
-        connection = BrokerConnection(stack.host, process.port, request_timeout_s=120)
+        # A topic of 10,000 partitions is minutes of moto's writes on a loaded machine: the request
+        # waits as long as the topic takes (the broker answers once it is written).
+        connection = BrokerConnection(stack.host, process.port, request_timeout_s=max(120.0, partitions / 40))
         await connection.connect()
         try:
             response = await connection.send(ApiKey.CREATE_TOPICS, {
                 "topics": [{"name": TOPIC, "num_partitions": partitions, "replication_factor": 3,
                             "assignments": [], "configs": [{"name": "min.insync.replicas", "value": "2"}]}],
-                "timeout": datetime.timedelta(seconds=60), "validate_only": False})
+                "timeout": datetime.timedelta(seconds=max(60.0, partitions / 40)), "validate_only": False})
         finally:
             await connection.close()
         for result in response.topics:
@@ -152,8 +155,36 @@ def create_topic(stack: LocalStack, store: MetadataStore, partitions: int) -> No
     asyncio.run(create())
 
 
+def start_profilers(stack: LocalStack, store: MetadataStore, out: Path) -> list[subprocess.Popen]:
+    """py-spy (raw samples at 50 Hz, idle threads too) of the controller broker, one other broker and
+    moto, from before CreateTopics until every partition took a write; stopped with SIGINT, which
+    makes py-spy write its file."""
+    out.mkdir(parents=True, exist_ok=True)
+    lease = store.models.controller_lease.get("controller", consistent_read=True)
+    controller = int(lease.holder)
+    other = min(b for b in stack.processes if b != controller)
+    targets = {f"broker{controller}-controller": stack.processes[controller].pid,
+               f"broker{other}": stack.processes[other].pid}
+    if stack.moto is not None and stack.moto.pid > 0:
+        targets["moto"] = stack.moto.pid
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return [subprocess.Popen([py_spy, "record", "-r", "50", "-f", "raw", "--idle", "-p", str(pid),
+                              "-o", str(out / f"{name}.txt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for name, pid in targets.items()]
+
+
+def stop_profilers(profilers: list[subprocess.Popen]) -> None:
+    for profiler in profilers:
+        profiler.send_signal(signal.SIGINT)
+    for profiler in profilers:
+        try:
+            profiler.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            profiler.kill()
+
+
 def run_case(partitions: int, profile: str, idle_s: float, directory: Path, kill: str | None,
-             settle_s: float = 3.0) -> dict[str, Any]:
+             settle_s: float = 3.0, py_spy_dir: Path | None = None) -> dict[str, Any]:
     overrides = dict(PROFILES[profile])
     if partitions * 3 // BROKERS > 4000:
         # floe.max.replicas.per.broker (default 4,000) would refuse the topic with POLICY_VIOLATION.
@@ -166,12 +197,18 @@ def run_case(partitions: int, profile: str, idle_s: float, directory: Path, kill
         time.sleep(2)
         rss_before = {b: rss_kib(p.pid) for b, p in stack.processes.items()}
         idle_before = idle_cpu_percent(stack, idle_s)
+        profilers = start_profilers(stack, store, py_spy_dir) if py_spy_dir is not None else []
+        if profilers:
+            time.sleep(1)  # py-spy attached
         start = time.monotonic()
-        create_topic(stack, store, partitions)
-        created_s = time.monotonic() - start
-        prober = write_probe(stack, partitions)
-        asyncio.run(prober.run(start, give_up_after_s=120))
-        usable_s = time.monotonic() - start
+        try:
+            create_topic(stack, store, partitions)
+            created_s = time.monotonic() - start
+            prober = write_probe(stack, partitions)
+            asyncio.run(prober.run(start, give_up_after_s=max(120, partitions / 50)))
+            usable_s = time.monotonic() - start
+        finally:
+            stop_profilers(profilers)
         if prober.pending:
             raise RuntimeError(f"{len(prober.pending)} partitions never accepted a write after creation; "
                                f"answers {dict(prober.answers)}")
@@ -190,6 +227,11 @@ def run_case(partitions: int, profile: str, idle_s: float, directory: Path, kill
             "rss_kib_per_replica": {b: round((rss_after[b] - rss_before[b]) / replicas_per_broker, 1)
                                     for b in rss_after},
             "load_average": load_average(),
+            # How many partitions first took a write in each second after CreateTopics was sent, and the
+            # prober's answers (a partition whose write waited for a request's timeout shows as a burst).
+            "create_accepted_by_second": {str(second): count for second, count in sorted(
+                Counter(int(t) for t in prober.accepted_after_s.values()).items())},
+            "create_answers": dict(prober.answers),
         }
         if kill is not None:
             result["failover"] = measure_failover(stack, store, partitions, session_timeout_ms, kill)
@@ -277,6 +319,9 @@ def main() -> None:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="defaults")
     parser.add_argument("--keep-logs", type=Path, default=None,
                         help="copy each case's broker and moto logs under this directory")
+    parser.add_argument("--py-spy", type=Path, default=None,
+                        help="profile the controller broker, another broker and moto with py-spy during each "
+                             "creation (raw samples, 50 Hz, with idle threads) into this directory")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "results" / "scale_bench.json")
     args = parser.parse_args()
     counts = [int(x) for x in args.partitions.split(",")]
@@ -296,7 +341,8 @@ def main() -> None:
             for run in range(args.runs):
                 directory = Path(tempfile.mkdtemp(prefix="floe-scale-"))
                 try:
-                    outcome = run_case(count, args.profile, args.idle_s, directory, kill, args.settle_s)
+                    outcome = run_case(count, args.profile, args.idle_s, directory, kill, args.settle_s,
+                                       None if args.py_spy is None else args.py_spy / f"{key}-run{run + 1}")
                 except Exception as exc:  # recorded, with the brokers' logs kept, and the other cases still run
                     print(json.dumps({"partitions": count, "kill": kill, "failed": repr(exc),
                                       "logs": str(directory / "logs"), "load_average": load_average()}), flush=True)

@@ -33,13 +33,20 @@ class LeaderEpochCheckpoint:
     atomically (temp file, fsync, rename, fsync of the directory), so a crash leaves the old or the new
     list. A malformed file raises CorruptCheckpointError on load.
 
+    A new log's first entry may be held in memory only (`assign_unwritten`, ``new``): the owner writes
+    it (`write_unwritten`) before its recovery point passes any batch, so until then a crash loses
+    nothing that recovery does not rebuild from the batches it re-validates.
+
     Thread-safety: mutated only by the partition's single writer; readers see an immutable tuple that
     each mutation replaces, so a concurrent lookup sees either the old or the new list.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, new: bool = False) -> None:
+        """Load ``path``; with ``new`` (its directory was just made, so it holds no file) read nothing."""
         self.path = path
-        entries = read_checkpoint(path, fields_per_entry=2) or []
+        # True while the entries hold what the file does not (see `assign_unwritten`).
+        self.unwritten = False
+        entries = [] if new else read_checkpoint(path, fields_per_entry=2) or []
         loaded = tuple(EpochEntry(epoch, start) for epoch, start in entries)
         for previous, entry in zip(loaded, loaded[1:], strict=False):
             if entry.epoch <= previous.epoch or entry.start_offset < previous.start_offset:
@@ -76,6 +83,22 @@ class LeaderEpochCheckpoint:
         kept = tuple(e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset)
         self._replace((*kept, EpochEntry(epoch, start_offset)), durable=durable)
         return True
+
+    def assign_unwritten(self, epoch: int, start_offset: int) -> bool:
+        """`assign` for a cache that is empty, in memory only: the file is written by the next change
+        (which writes every entry) or by `write_unwritten`. Returns whether it recorded the entry."""
+        if self._entries:
+            return False
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"epoch {epoch} and start offset {start_offset} must be non-negative")
+        self._entries = (EpochEntry(epoch, start_offset),)
+        self.unwritten = True
+        return True
+
+    def write_unwritten(self) -> None:
+        """Write the file (durably) if the entries hold what it does not."""
+        if self.unwritten:
+            self._replace(self._entries)
 
     def epoch_for_offset(self, offset: int) -> int | None:
         """The epoch whose range holds ``offset``; None if the offset is below the first entry."""
@@ -120,8 +143,12 @@ class LeaderEpochCheckpoint:
 
     def clear(self) -> None:
         if self._entries:
-            self._replace(())
+            if self.unwritten:  # nothing of them on disk
+                self._entries, self.unwritten = (), False
+            else:
+                self._replace(())
 
     def _replace(self, entries: tuple[EpochEntry, ...], *, durable: bool = True) -> None:
         write_checkpoint(self.path, [(e.epoch, e.start_offset) for e in entries], durable=durable)
         self._entries = entries
+        self.unwritten = False

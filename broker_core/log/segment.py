@@ -189,10 +189,12 @@ class Segment:
         segment_index_bytes: int,
         now_ms: int,
         suffix: str = "",
+        new_directory: bool = False,
     ) -> Segment:
         """A new empty segment; any stale files with the same base offset are replaced.
 
         ``suffix`` is added to all three file names (the cleaner writes ``.cleaned`` segments).
+        ``new_directory``: the caller has just made ``directory``, so there is no stale index to remove.
         """
         log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + suffix)
         fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -202,8 +204,9 @@ class Segment:
         time_index = TimeIndex(
             directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix), base_offset, segment_index_bytes
         )
-        for index in (offset_index, time_index):
-            index.path.unlink(missing_ok=True)
+        if not new_directory:
+            for index in (offset_index, time_index):
+                index.path.unlink(missing_ok=True)
         return cls(
             directory,
             base_offset,

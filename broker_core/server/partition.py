@@ -18,6 +18,7 @@ import functools
 import heapq
 import itertools
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Hashable, Mapping, Set
@@ -64,6 +65,16 @@ def _report_flush_failure(future: Future) -> None:
 _WAITER_NUMBERS = itertools.count()
 PARTITION_METADATA_FILE = "partition.metadata"
 HIGH_WATERMARK_FILE = "high-watermark"
+
+
+def _write_marker(path: Path, topic_id: str) -> None:
+    """The replica's ``partition.metadata`` (Kafka's format), in three system calls: written for every
+    replica of a topic created, on each broker, so without the layers of a text file object."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, f"version: 0\ntopic_id: {topic_id}\n".encode("ascii"))
+    finally:
+        os.close(fd)
 
 
 def write_high_watermark_checkpoint(path: Path, high_watermark: int) -> None:
@@ -190,7 +201,7 @@ class Partition:
             # empty log, its files written once and nothing read back. A crash part way leaves a
             # directory that the branch above opens and completes (a missing segment is created, a
             # missing marker written).
-            marker.write_text(f"version: 0\ntopic_id: {topic_id}\n")
+            _write_marker(marker, topic_id)
             log = PartitionLog.create(directory, config, topic=topic, partition=index)
             return cls(topic=topic, index=index, topic_id=topic_id, log=log, broker_id=broker_id,
                        producers=ProducerState(directory), _checkpointed_high_watermark=0)
@@ -198,7 +209,7 @@ class Partition:
             shutil.rmtree(directory)
         directory.mkdir(parents=True, exist_ok=True)
         if not marker.exists():
-            marker.write_text(f"version: 0\ntopic_id: {topic_id}\n")
+            _write_marker(marker, topic_id)
         log = PartitionLog.open(directory, config, topic=topic, partition=index)
         partition = cls(topic=topic, index=index, topic_id=topic_id, log=log, broker_id=broker_id,
                         producers=ProducerState(directory))
@@ -247,7 +258,10 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
-    def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
+    def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...],
+                      *, announce: bool = True) -> None:
+        """Lead the partition at ``leader_epoch``. ``announce`` False: the caller logs the change itself
+        (the replica manager's one line for the replicas of a topic just created)."""
         self.log.finish_append()  # a replicated append still being written counts in the log end the term starts at
         now = time.monotonic() * 1000
         new_term = leader_epoch != self.leader_epoch or not self.is_leader
@@ -264,16 +278,18 @@ class Partition:
             # A new leader knows nothing of its followers' progress until they fetch again.
             self.followers = {r: ReplicaState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
             self.leader_epoch_start_offset = self.log.log_end_offset
-            log.info("%s-%d: leader at epoch %d from offset %d, ISR %s", self.topic, self.index, leader_epoch,
+            log.log(logging.INFO if announce else logging.DEBUG,"%s-%d: leader at epoch %d from offset %d, ISR %s", self.topic, self.index, leader_epoch,
                      self.leader_epoch_start_offset, list(isr), extra=self._fields(
                          leader=self.broker_id, partition_epoch=partition_epoch, isr=list(isr),
                          start_offset=self.leader_epoch_start_offset))
         self._maybe_advance_high_watermark()
         self.wake(role_changed=True)
 
-    def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
+    def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...],
+                        *, announce: bool = True) -> None:
+        """Follow ``leader_id`` at ``leader_epoch``; ``announce``: see `become_leader`."""
         if (leader_id, leader_epoch) != (self.leader_id, self.leader_epoch):
-            log.info("%s-%d: follower of broker %d at epoch %d", self.topic, self.index, leader_id, leader_epoch,
+            log.log(logging.INFO if announce else logging.DEBUG,"%s-%d: follower of broker %d at epoch %d", self.topic, self.index, leader_id, leader_epoch,
                      extra={"topic": self.topic, "partition": self.index, "epoch": leader_epoch, "leader": leader_id,
                             "partition_epoch": partition_epoch, "isr": list(isr)})
         self.leader_id = leader_id
@@ -516,11 +532,13 @@ class Partition:
         in_sync = self.in_sync
         if len(in_sync) < self.min_insync_replicas:
             return False
-        candidates = [self.log_end_offset]
+        new_hw = self.log_end_offset
+        followers = self.followers
         for replica in in_sync:
             if replica != self.broker_id:
-                candidates.append(self.followers.get(replica, ReplicaState()).log_end_offset)
-        new_hw = min(candidates)
+                follower = followers.get(replica)
+                # A member not heard from yet (no state) is at offset 0, as a fresh ReplicaState says.
+                new_hw = min(new_hw, follower.log_end_offset if follower is not None else 0)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             return True
