@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker_core.metadata.cluster_reads import read_cluster_items
 from broker_core.metadata.controller import Controller, ControllerLease, plan_partition_change
 from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState
 from broker_core.metadata.store import MetadataStore
@@ -286,3 +287,18 @@ def test_planned_partition_states_keep_the_invariants_and_planning_again_changes
     else:
         assert set(planned.isr) <= set(state.isr)
     assert plan_partition_change(planned, running, shutting_down, unclean) is None
+
+
+def test_a_pass_given_the_periodic_read_fences_a_broker_whose_heartbeat_stalled_in_it(
+    store, register_brokers, controller
+):
+    epochs = register_brokers([1, 2])
+
+    def read(at_ms: float):
+        return read_cluster_items(store.models, [1, 2], lease=False, at_ms=at_ms).brokers
+
+    assert controller.run_once(heartbeats=read(0)).fenced_brokers == ()
+    store.heartbeat_broker(1, epochs[1])
+    assert controller.run_once(heartbeats=read(SESSION_MS - 1)).fenced_brokers == ()
+    assert controller.run_once(heartbeats=read(SESSION_MS)).fenced_brokers == (2,)
+    assert [store.get_broker(b).state for b in (1, 2)] == [BrokerState.RUNNING, BrokerState.FENCED]
