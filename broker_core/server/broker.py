@@ -538,8 +538,12 @@ class Broker:
         if epoch is None:
             self.controller = None
             # Watch heartbeats while another broker holds the lease, so that on taking over this
-            # broker can fence one that died with the old controller at once.
-            await asyncio.to_thread(self.heartbeat_observer.observe, None, read.brokers if read is not None else None)
+            # broker can fence one that died with the old controller at once. From the pass's read
+            # that is a few comparisons, done here; at start-up it reads the brokers table.
+            if read is not None:
+                self.heartbeat_observer.observe(None, read.brokers)
+            else:
+                await asyncio.to_thread(self.heartbeat_observer.observe)
             return
         if self.controller is None or self.controller.controller_epoch != epoch:
             log.info("broker %d is the controller at epoch %d", self.config.broker_id, epoch)
