@@ -154,6 +154,8 @@ class ControllerLease:
         now = monotonic_ms() if now_ms is None else now_ms
         if isinstance(state, _Unread):
             state = self.current()
+        if not self.lapsed(state, now):
+            return None
         model = self._model
         if state is None:
             item = model(
@@ -164,14 +166,6 @@ class ControllerLease:
                 lease_duration_ms=self.lease_duration_ms,
             )
             return self._claim(broker_id, 1, lambda: item.save(condition=model.item.does_not_exist()))
-        if state.holder != NO_HOLDER:
-            observed = (state.holder, state.controller_epoch, state.heartbeat)
-            if observed != self._observed:
-                self._observed = observed
-                self._observed_since_ms = now
-                return None
-            if now - self._observed_since_ms < state.lease_duration_ms:
-                return None
         new_epoch = state.controller_epoch + 1
         condition = (model.controller_epoch == state.controller_epoch) & (model.heartbeat == state.heartbeat)
         actions = [
@@ -181,6 +175,21 @@ class ControllerLease:
             model.lease_duration_ms.set(self.lease_duration_ms),
         ]
         return self._claim(broker_id, new_epoch, lambda: model(CONTROLLER_ITEM).update(actions, condition))
+
+    def lapsed(self, state: ControllerLeaseState | None, now_ms: float) -> bool:
+        """Whether the lease as read (``state``, at ``now_ms`` on this process's monotonic clock) may be
+        claimed: never taken, released, or its (holder, epoch, heartbeat) unchanged for a whole lease
+        duration since this process first saw it. Records the sighting; no DynamoDB call, so a broker
+        waiting for the role decides on the event loop, and only a claim (`try_acquire`) writes.
+        Asking again about the same read gives the same answer."""
+        if state is None or state.holder == NO_HOLDER:
+            return True
+        observed = (state.holder, state.controller_epoch, state.heartbeat)
+        if observed != self._observed:
+            self._observed = observed
+            self._observed_since_ms = now_ms
+            return False
+        return now_ms - self._observed_since_ms >= state.lease_duration_ms
 
     def _claim(self, broker_id: int, epoch: int, write: Callable[[], object]) -> int | None:
         try:
@@ -416,6 +425,19 @@ class Controller:
         if self._snapshot is not None:
             watched.update(b.broker_id for b in self._snapshot.brokers)
         return watched
+
+    def quiet_pass(self, version: int, heartbeats: BrokerHeartbeats) -> bool:
+        """Observe ``heartbeats`` and tell whether a `run_once` at ``version`` would read and write
+        nothing: this controller's last pass planned from ``version`` (nothing changed since) and no
+        broker's heartbeat stalled. Then it counts as that pass (`unchanged_version` is set) and the
+        caller skips `run_once`, which idles on the event loop without a worker thread; otherwise the
+        caller runs `run_once` with the same read (observing it again changes nothing)."""
+        if self._planned_version is None or version != self._planned_version:
+            return False
+        if self.observe(None, heartbeats):
+            return False
+        self.unchanged_version = version
+        return True
 
     def begin_term(self, controller_epoch: int, known: ClusterSnapshot | None = None) -> None:
         """Act for a new controller epoch, keeping the heartbeat observations made so far.

@@ -14,10 +14,10 @@ import pytest
 
 from broker_core.aws import AwsSettings
 from broker_core.metadata.cluster_reads import BrokerHeartbeat, BrokerHeartbeats, read_cluster_items
-from broker_core.metadata.controller import Controller
+from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import MetadataUnavailableError
 from broker_core.metadata.models import CONTROLLER_ITEM, METADATA_VERSION_ITEM, BoundModels, bind_models
-from broker_core.metadata.state import BrokerState, ControllerLeaseState
+from broker_core.metadata.state import NO_HOLDER, BrokerState, ControllerLeaseState
 from broker_core.metadata.store import MetadataStore
 
 SETTINGS = AwsSettings(endpoint_url="http://127.0.0.1:9", region="us-east-1", bucket="b", table_prefix="unit-")
@@ -184,3 +184,15 @@ def test_brokers_a_read_did_not_ask_for_keep_their_observations(observer):
     observer.observe(heartbeats=heartbeats(100, {1}, one))
     assert observer.watched_broker_ids() == {1, 2}
     assert observer.observe(heartbeats=heartbeats(SESSION_MS, {1, 2}, one, two)) == [one, two]
+
+
+def test_a_lease_has_lapsed_once_unchanged_for_a_whole_duration_on_the_observers_clock():
+    lease = ControllerLease(MetadataStore(SETTINGS), lease_duration_ms=1000)
+    held = ControllerLeaseState(holder=1, controller_epoch=3, heartbeat=12, lease_duration_ms=1000)
+    assert lease.lapsed(None, 0) and lease.lapsed(dataclasses.replace(held, holder=NO_HOLDER), 0)
+    assert not lease.lapsed(held, 5000)  # first sighting
+    assert not lease.lapsed(held, 5999)
+    renewed = dataclasses.replace(held, heartbeat=13)
+    assert not lease.lapsed(renewed, 6000)
+    assert not lease.lapsed(renewed, 6999)
+    assert lease.lapsed(renewed, 7000) and lease.lapsed(renewed, 7000)  # asking again: the same answer
