@@ -50,13 +50,14 @@ from typing import Any
 from pynamodb.exceptions import PynamoDBException
 
 from broker_core.dynamodb_tables import condition_failed
+from broker_core.metadata.cluster_reads import BrokerHeartbeat, BrokerHeartbeats
 from broker_core.metadata.errors import (
     FencedControllerError,
     MetadataUnavailableError,
     PartitionEpochConflictError,
     UnknownPartitionError,
 )
-from broker_core.metadata.models import CONTROLLER_ITEM, METADATA_VERSION_ITEM
+from broker_core.metadata.models import CONTROLLER_ITEM
 from broker_core.metadata.state import (
     NO_HOLDER,
     NO_LEADER,
@@ -102,7 +103,6 @@ class ControllerLease:
         if lease_duration_ms <= 0:
             raise ValueError(f"lease duration must be positive, got {lease_duration_ms} ms")
         self._model = store.models.controller_lease
-        self._version_model = store.models.metadata_version
         self.lease_duration_ms = lease_duration_ms
         self._holder: int | None = None
         self._epoch: int | None = None
@@ -133,36 +133,6 @@ class ControllerLease:
             raise MetadataUnavailableError(f"read controller lease: {err}") from err
         return _lease_state(item)
 
-    def current_and_metadata_version(self) -> tuple[ControllerLeaseState | None, int]:
-        """The lease item as stored now and the metadata version (0 before the first change), both read
-        in one consistent BatchGetItem: they share the cluster table, and a broker that does not hold
-        the lease reads both on every controller pass (its metadata poll and its watch on the lease)."""
-        models = {CONTROLLER_ITEM: self._model, METADATA_VERSION_ITEM: self._version_model}
-        table = self._model.Meta.table_name
-        keys = list(models)
-        found: dict[str, Any] = {}
-        try:
-            for _ in range(3):
-                answer = self._model._get_connection().batch_get_item([{"item": key} for key in keys],
-                                                                      consistent_read=True)
-                for raw in answer.get("Responses", {}).get(table, []):
-                    key = raw["item"]["S"]
-                    found[key] = models[key].from_raw_data(raw)
-                keys = [key["item"]["S"] for key in answer.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])]
-                if not keys:
-                    break
-            else:
-                # Still unprocessed (throttled) after three tries: read them one at a time.
-                for key in keys:
-                    try:
-                        found[key] = models[key].get(key, consistent_read=True)
-                    except models[key].DoesNotExist:
-                        continue
-        except PynamoDBException as err:
-            raise MetadataUnavailableError(f"read controller lease and metadata version: {err}") from err
-        lease, version = found.get(CONTROLLER_ITEM), found.get(METADATA_VERSION_ITEM)
-        return _lease_state(lease) if lease is not None else None, int(version.version) if version is not None else 0
-
     def try_acquire(self, broker_id: int, now_ms: float | None = None,
                     state: ControllerLeaseState | None | _Unread = _UNREAD) -> int | None:
         """Take the lease if it is free, released, or has not moved for a whole lease duration.
@@ -173,7 +143,7 @@ class ControllerLease:
         ``heartbeat()``) and returns the epoch, or None if the lease turns out to be lost; calling
         it every ``heartbeat_interval_ms`` is therefore all a broker needs to do. ``now_ms`` is a
         reading of the same monotonic clock (for tests). ``state``, when given, is the lease item as
-        just read (`current_and_metadata_version`), used instead of reading it again.
+        just read (`broker_core.metadata.cluster_reads`), used instead of reading it again.
         """
         if self._epoch is not None and self._holder == broker_id:
             try:
@@ -184,6 +154,8 @@ class ControllerLease:
         now = monotonic_ms() if now_ms is None else now_ms
         if isinstance(state, _Unread):
             state = self.current()
+        if not self.lapsed(state, now):
+            return None
         model = self._model
         if state is None:
             item = model(
@@ -194,14 +166,6 @@ class ControllerLease:
                 lease_duration_ms=self.lease_duration_ms,
             )
             return self._claim(broker_id, 1, lambda: item.save(condition=model.item.does_not_exist()))
-        if state.holder != NO_HOLDER:
-            observed = (state.holder, state.controller_epoch, state.heartbeat)
-            if observed != self._observed:
-                self._observed = observed
-                self._observed_since_ms = now
-                return None
-            if now - self._observed_since_ms < state.lease_duration_ms:
-                return None
         new_epoch = state.controller_epoch + 1
         condition = (model.controller_epoch == state.controller_epoch) & (model.heartbeat == state.heartbeat)
         actions = [
@@ -211,6 +175,21 @@ class ControllerLease:
             model.lease_duration_ms.set(self.lease_duration_ms),
         ]
         return self._claim(broker_id, new_epoch, lambda: model(CONTROLLER_ITEM).update(actions, condition))
+
+    def lapsed(self, state: ControllerLeaseState | None, now_ms: float) -> bool:
+        """Whether the lease as read (``state``, at ``now_ms`` on this process's monotonic clock) may be
+        claimed: never taken, released, or its (holder, epoch, heartbeat) unchanged for a whole lease
+        duration since this process first saw it. Records the sighting; no DynamoDB call, so a broker
+        waiting for the role decides on the event loop, and only a claim (`try_acquire`) writes.
+        Asking again about the same read gives the same answer."""
+        if state is None or state.holder == NO_HOLDER:
+            return True
+        observed = (state.holder, state.controller_epoch, state.heartbeat)
+        if observed != self._observed:
+            self._observed = observed
+            self._observed_since_ms = now_ms
+            return False
+        return now_ms - self._observed_since_ms >= state.lease_duration_ms
 
     def _claim(self, broker_id: int, epoch: int, write: Callable[[], object]) -> int | None:
         try:
@@ -400,18 +379,31 @@ class Controller:
         self._incarnations: dict[int, int] | None = None
         self._recorded_incarnations: dict[int, int] | None = None
 
-    def observe(self, now_ms: float | None = None) -> list[BrokerRegistration]:
+    def observe(self, now_ms: float | None = None, heartbeats: BrokerHeartbeats | None = None
+                ) -> list[BrokerRegistration | BrokerHeartbeat]:
         """Record each broker's heartbeat as seen now; return the brokers stalled past the session timeout.
+
+        ``heartbeats`` is a read of the brokers' registrations already made (`read_cluster_items`), timed
+        at its ``at_ms`` unless ``now_ms`` is given; without it, every registration is read (a Scan) now.
+        A broker that read asked for and did not find has no registration and is forgotten, as is a
+        fenced one; brokers a read did not ask for keep their observations.
 
         Observing needs no lease: a broker waiting for the controller role observes all along, so
         that when it takes over (as `begin_term`) it can fence a broker that died with the old
         controller without first waiting another whole session timeout.
         """
-        now = monotonic_ms() if now_ms is None else now_ms
+        brokers: Iterable[BrokerRegistration | BrokerHeartbeat]
+        if heartbeats is None:
+            now = monotonic_ms() if now_ms is None else now_ms
+            brokers = self._store.list_brokers()
+            gone = set(self._observations) - {b.broker_id for b in brokers}
+        else:
+            now = heartbeats.at_ms if now_ms is None else now_ms
+            brokers = heartbeats.found
+            gone = heartbeats.missing
         stalled = []
-        brokers = self._store.list_brokers()
-        for gone in set(self._observations) - {b.broker_id for b in brokers}:
-            del self._observations[gone]
+        for broker_id in gone:
+            self._observations.pop(broker_id, None)
         for broker in brokers:
             if broker.state is BrokerState.FENCED:
                 self._observations.pop(broker.broker_id, None)
@@ -426,6 +418,27 @@ class Controller:
                 stalled.append(broker)
         return stalled
 
+    def watched_broker_ids(self) -> set[int]:
+        """The brokers whose heartbeats this controller watches: those it observes and those of the
+        cluster it last planned from (a read of heartbeats asks for these, with the broker's image's)."""
+        watched = set(self._observations)
+        if self._snapshot is not None:
+            watched.update(b.broker_id for b in self._snapshot.brokers)
+        return watched
+
+    def quiet_pass(self, version: int, heartbeats: BrokerHeartbeats) -> bool:
+        """Observe ``heartbeats`` and tell whether a `run_once` at ``version`` would read and write
+        nothing: this controller's last pass planned from ``version`` (nothing changed since) and no
+        broker's heartbeat stalled. Then it counts as that pass (`unchanged_version` is set) and the
+        caller skips `run_once`, which idles on the event loop without a worker thread; otherwise the
+        caller runs `run_once` with the same read (observing it again changes nothing)."""
+        if self._planned_version is None or version != self._planned_version:
+            return False
+        if self.observe(None, heartbeats):
+            return False
+        self.unchanged_version = version
+        return True
+
     def begin_term(self, controller_epoch: int, known: ClusterSnapshot | None = None) -> None:
         """Act for a new controller epoch, keeping the heartbeat observations made so far.
 
@@ -439,19 +452,22 @@ class Controller:
         self._planned_version = None
         self._snapshot = known
 
-    def run_once(self, now_ms: float | None = None, version: int | None = None) -> ControllerRunResult:
+    def run_once(self, now_ms: float | None = None, version: int | None = None,
+                 heartbeats: BrokerHeartbeats | None = None) -> ControllerRunResult:
         """Fence brokers whose heartbeat stalled past the session timeout, then re-plan partitions.
 
         ``now_ms`` is a reading of this process's monotonic clock (for tests). A controller with no
         observations yet waits a full session timeout before fencing. ``version``, when given, is the
         metadata version as read (consistently) at the start of this pass, used instead of reading it
         again to tell whether anything changed since the last plan, unless this pass fenced a broker.
+        ``heartbeats``, when given, is the brokers' registrations as read at the start of this pass
+        (`observe`), used instead of a Scan of them.
         Raises FencedControllerError once the lease has moved past ``controller_epoch``.
         """
         controller_epoch = self.controller_epoch
         self._pass_version = version
         fenced = []
-        for broker in self.observe(now_ms):
+        for broker in self.observe(now_ms, heartbeats):
             if self._store.fence_broker(
                 broker.broker_id, broker.broker_epoch, broker.heartbeat, controller_epoch
             ):

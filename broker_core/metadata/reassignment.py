@@ -173,6 +173,11 @@ class PartitionReassignments:
             states = [p for p in states if (p.topic, p.partition) in keys]
         return sorted(states, key=lambda p: (p.topic, p.partition))
 
+    def planned_at(self, version: int) -> bool:
+        """Whether `complete_ready` at metadata ``version`` would read and write nothing (its last pass
+        found nothing to complete at that version)."""
+        return self._planned_version is not None and version == self._planned_version
+
     def complete_ready(self, controller_epoch: int, current: Callable[[], ClusterSnapshot] | None = None,
                        version: int | None = None) -> list[PartitionState]:
         """Complete every reassignment whose target replicas are all in the ISR; the controller calls it

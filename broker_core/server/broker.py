@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Protocol
 
 from broker_core.log.log_directories import remove_directory
+from broker_core.metadata.cluster_reads import ClusterItems, read_cluster_items
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import BrokerFencedError, FencedControllerError, MetadataError
 from broker_core.metadata.image import MetadataImage
 from broker_core.metadata.reassignment import PartitionReassignments
-from broker_core.metadata.state import BrokerState, ControllerLeaseState, PartitionState
+from broker_core.metadata.state import BrokerState, PartitionState
 from broker_core.metadata.store import MetadataStore
 from broker_core.metrics.broker import BrokerMetrics
 from broker_core.metrics.endpoint import MetricsEndpoint
@@ -157,7 +158,7 @@ class Broker:
         self._catch_up_started = float("-inf")
         # The latest periodic read of the cluster items (see `_read_cluster`) and the wake-ups of the
         # two duties that act on it.
-        self._cluster_read: _ClusterRead | None = None
+        self._cluster_read: ClusterItems | None = None
         self._polled_at_ms = float("-inf")
         self._poll_wakeup = asyncio.Event()
         self._duty_wakeup = asyncio.Event()
@@ -353,27 +354,27 @@ class Broker:
 
     async def _read_cluster(self) -> None:
         """The periodic read that the metadata poll and the controller duty share, every
-        `controller_check_interval_s`: the metadata version (consistent read) and, unless this broker
-        holds the controller lease, the lease item with it, in one BatchGetItem (both live in the
-        cluster table). Each duty acts on the latest read in a task of its own, so a long metadata
-        refresh or controller pass holds back neither the reads nor the other duty; a duty still busy
-        when a read arrives takes the newest one when it is done.
+        `controller_check_interval_s`: the metadata version, the controller lease unless this broker
+        holds it, and the heartbeats of the brokers this broker knows (its image's and those its
+        controller duty watches), in one consistent BatchGetItem (`read_cluster_items`). Each duty
+        acts on the latest read in a task of its own, so a long metadata refresh or controller pass
+        holds back neither the reads nor the other duty; a duty still busy when a read arrives takes
+        the newest one when it is done.
 
-        Before, the poll and the duty read on timers of their own: the version twice per interval
-        on every broker (once more by the controller's election check) and the lease once. Each read
-        is as fresh as before when a duty uses it: taken at the same interval, and acted on at once.
+        Before, the heartbeats were a Scan of the brokers table per pass, a second call: a broker
+        registered since the image's version is now watched from the read after the poll that
+        applies its registration (one interval later), which only delays when a broker that dies
+        right after registering can be fenced, by that interval.
         """
         at_ms = time.monotonic() * 1000
-        if self.controller is not None and self.lease.controller_epoch is not None:
-            version = await asyncio.to_thread(self.store.metadata_version)
-            self._cluster_read = _ClusterRead(at_ms, version)
-        else:
-            lease, version = await asyncio.to_thread(self.lease.current_and_metadata_version)
-            self._cluster_read = _ClusterRead(at_ms, version, lease_read=True, lease=lease)
+        holds_lease = self.controller is not None and self.lease.controller_epoch is not None
+        brokers = set(self.image.brokers) | self.heartbeat_observer.watched_broker_ids()
+        self._cluster_read = await asyncio.to_thread(read_cluster_items, self.store.models, brokers,
+                                                     lease=not holds_lease, at_ms=at_ms)
         self._poll_wakeup.set()
         self._duty_wakeup.set()
 
-    async def _on_cluster_reads(self, wakeup: asyncio.Event, duty: Callable[[_ClusterRead], Awaitable[None]]) -> None:
+    async def _on_cluster_reads(self, wakeup: asyncio.Event, duty: Callable[[ClusterItems], Awaitable[None]]) -> None:
         """Run ``duty`` with the latest cluster read each time a new one arrives (see `_read_cluster`)."""
         while True:
             await wakeup.wait()
@@ -383,7 +384,7 @@ class Broker:
                 continue
             await _run_duty(duty, read)
 
-    async def _apply_metadata_version(self, read: _ClusterRead) -> None:
+    async def _apply_metadata_version(self, read: ClusterItems) -> None:
         """The metadata poll: read the change sequence when the version moved past this broker's image.
 
         Once per ``metadata.poll.interval.ms``: the reads come every `controller_check_interval_s`,
@@ -513,7 +514,7 @@ class Broker:
         return min(self.config.get_int("metadata.poll.interval.ms"),
                    self.config.get_int("broker.heartbeat.interval.ms")) / 1000
 
-    async def _controller_duty(self, read: _ClusterRead | None = None) -> None:
+    async def _controller_duty(self, read: ClusterItems | None = None) -> None:
         """One pass of the controller role, run on every cluster read (`_read_cluster`, every
         `controller_check_interval_s`), with the lease item and metadata version it read; without
         one (at start-up) the pass reads the lease itself.
@@ -523,22 +524,30 @@ class Broker:
         store) cannot let the lease lapse, and checks broker liveness on every pass, so a broker is fenced (and its partitions get new leaders) within one check
         interval of its session running out, not one heartbeat interval. The other brokers read
         the lease and observe heartbeats on every pass, so one takes over within a check interval
-        of the lease lapsing. In DynamoDB terms: a GetItem and a Scan of the broker table per pass
-        per broker, and one lease write per heartbeat interval.
+        of the lease lapsing. In DynamoDB terms: the pass's read is one BatchGetItem per broker
+        (`_read_cluster`), and the holder writes the lease once per heartbeat interval.
         """
         loop = asyncio.get_running_loop()
         if self.controller is not None and self.lease.controller_epoch is not None:
             epoch = self.lease.controller_epoch  # renewed by `_renew_controller_lease`
         elif read is not None and read.lease_read:
             # The lease as read then, timed as read then (the lease runs out on this process's clock).
-            epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id, read.at_ms, read.lease)
+            # While another broker's lease runs, deciding so needs no call: no worker thread.
+            if self.lease.controller_epoch is None and not self.lease.lapsed(read.lease, read.at_ms):
+                epoch = None
+            else:
+                epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id, read.at_ms, read.lease)
         else:
             epoch = await asyncio.to_thread(self.lease.try_acquire, self.config.broker_id)
         if epoch is None:
             self.controller = None
             # Watch heartbeats while another broker holds the lease, so that on taking over this
-            # broker can fence one that died with the old controller at once.
-            await asyncio.to_thread(self.heartbeat_observer.observe)
+            # broker can fence one that died with the old controller at once. From the pass's read
+            # that is a few comparisons, done here; at start-up it reads the brokers table.
+            if read is not None:
+                self.heartbeat_observer.observe(None, read.brokers)
+            else:
+                await asyncio.to_thread(self.heartbeat_observer.observe)
             return
         if self.controller is None or self.controller.controller_epoch != epoch:
             log.info("broker %d is the controller at epoch %d", self.config.broker_id, epoch)
@@ -551,18 +560,12 @@ class Broker:
             self._leader_rebalance_due = loop.time() + self.config.get_int("leader.imbalance.check.interval.seconds")
             self.heartbeat_observer.begin_term(epoch, self.image.to_snapshot() if self.image.version >= 0 else None)
             self.controller = self.heartbeat_observer
-        started = time.perf_counter()
-        # The version read this pass stands for the election check's own read (`Controller.run_once`).
-        result = await asyncio.to_thread(self.controller.run_once, None, read.version if read is not None else None)
-        self._count_elections(result.changed_partitions, result.shutdown_moves, started)
-        started = time.perf_counter()
-        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch, self.controller.current_snapshot,
-                                            self.controller.unchanged_version)
-        self.metrics.elections_done({"reassignment": self.image.leader_changes(completed)},
-                                    time.perf_counter() - started)
-        for state in completed:
-            log.info("reassignment of %s-%d completed: replicas %s, leader %d", state.topic, state.partition,
-                     list(state.replicas), state.leader)
+        # A pass from a read at the version this controller last planned from, with no broker stalled,
+        # reads and writes nothing: it is decided here, without `_controller_pass`'s two worker-thread
+        # hops (in the sixth pass's profile, most of an idle controller's own CPU outside botocore).
+        if not (read is not None and self.reassignments.planned_at(read.version)
+                and self.controller.quiet_pass(read.version, read.brokers)):
+            await self._controller_pass(self.controller, epoch, read)
         if self.config.get_bool("auto.leader.rebalance.enable") and loop.time() >= self._leader_rebalance_due:
             self._leader_rebalance_due = loop.time() + self.config.get_int("leader.imbalance.check.interval.seconds")
             started = time.perf_counter()
@@ -572,6 +575,22 @@ class Broker:
                                         time.perf_counter() - started)
             if moved:
                 log.info("leader rebalance moved %d leaderships back to preferred replicas", len(moved))
+
+    async def _controller_pass(self, controller: Controller, epoch: int, read: ClusterItems | None) -> None:
+        """The controller pass proper: fence stalled brokers, elect leaders, complete reassignments."""
+        started = time.perf_counter()
+        # The version and heartbeats read this pass stand for the election check's own reads (`Controller.run_once`).
+        result = await asyncio.to_thread(controller.run_once, None, read.version if read is not None else None,
+                                         read.brokers if read is not None else None)
+        self._count_elections(result.changed_partitions, result.shutdown_moves, started)
+        started = time.perf_counter()
+        completed = await asyncio.to_thread(self.reassignments.complete_ready, epoch, controller.current_snapshot,
+                                            controller.unchanged_version)
+        self.metrics.elections_done({"reassignment": self.image.leader_changes(completed)},
+                                    time.perf_counter() - started)
+        for state in completed:
+            log.info("reassignment of %s-%d completed: replicas %s, leader %d", state.topic, state.partition,
+                     list(state.replicas), state.leader)
 
     def _count_elections(self, changed: Sequence[PartitionState], shutdown_moves: Sequence[PartitionState],
                          started: float) -> None:
@@ -627,16 +646,6 @@ class Broker:
                 # once the manifest says it is in S3.
                 continue
             partition.log.enforce_retention(high_watermark=partition.high_watermark)
-
-
-@dataclass(frozen=True)
-class _ClusterRead:
-    """One periodic read of the cluster items (`Broker._read_cluster`)."""
-
-    at_ms: float  # this process's monotonic clock, in ms, when the read began
-    version: int  # the metadata version
-    lease_read: bool = False  # whether the controller lease was read too (this broker did not hold it)
-    lease: ControllerLeaseState | None = None  # the lease item, None if no broker ever took it
 
 
 def _write_checkpoints(checkpoints: list[tuple[Path, int]]) -> None:

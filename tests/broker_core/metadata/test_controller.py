@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker_core.metadata.cluster_reads import read_cluster_items
 from broker_core.metadata.controller import Controller, ControllerLease, plan_partition_change
 from broker_core.metadata.state import NO_LEADER, BrokerState, PartitionState
 from broker_core.metadata.store import MetadataStore
@@ -286,3 +287,41 @@ def test_planned_partition_states_keep_the_invariants_and_planning_again_changes
     else:
         assert set(planned.isr) <= set(state.isr)
     assert plan_partition_change(planned, running, shutting_down, unclean) is None
+
+
+def test_a_pass_given_the_periodic_read_fences_a_broker_whose_heartbeat_stalled_in_it(
+    store, register_brokers, controller
+):
+    epochs = register_brokers([1, 2])
+
+    def read(at_ms: float):
+        return read_cluster_items(store.models, [1, 2], lease=False, at_ms=at_ms).brokers
+
+    assert controller.run_once(heartbeats=read(0)).fenced_brokers == ()
+    store.heartbeat_broker(1, epochs[1])
+    assert controller.run_once(heartbeats=read(SESSION_MS - 1)).fenced_brokers == ()
+    assert controller.run_once(heartbeats=read(SESSION_MS)).fenced_brokers == (2,)
+    assert [store.get_broker(b).state for b in (1, 2)] == [BrokerState.RUNNING, BrokerState.FENCED]
+
+
+def test_a_quiet_pass_is_one_at_the_planned_version_with_no_broker_stalled(store, register_brokers, controller):
+    epochs = register_brokers([1, 2])
+    store.create_topic("t", 2, 2)
+
+    def read(at_ms: float):
+        return read_cluster_items(store.models, [1, 2], lease=False, at_ms=at_ms)
+
+    first = read(0)
+    assert not controller.quiet_pass(first.version, first.brokers)  # nothing planned yet
+    controller.run_once(heartbeats=first.brokers, version=first.version)
+    store.heartbeat_broker(1, epochs[1])
+    store.heartbeat_broker(2, epochs[2])
+    second = read(SESSION_MS - 1)
+    assert controller.quiet_pass(second.version, second.brokers)
+    assert controller.unchanged_version == second.version
+    store.heartbeat_broker(1, epochs[1])
+    stalled = read(2 * SESSION_MS - 1)  # broker 2 silent for a whole session since its last sighting
+    assert not controller.quiet_pass(stalled.version, stalled.brokers)
+    assert controller.run_once(heartbeats=stalled.brokers, version=stalled.version).fenced_brokers == (2,)
+    after = read(2 * SESSION_MS)
+    assert not controller.quiet_pass(after.version, after.brokers)  # the fence moved the version on

@@ -2,6 +2,7 @@ import threading
 
 import pytest
 
+from broker_core.metadata.cluster_reads import BrokerHeartbeat, read_cluster_items
 from broker_core.metadata.controller import Controller, ControllerLease
 from broker_core.metadata.errors import FencedControllerError
 from broker_core.metadata.state import NO_HOLDER, BrokerState
@@ -118,20 +119,27 @@ def test_a_restarted_holder_waits_for_its_own_old_lease_to_lapse(store, other_st
     assert restarted.try_acquire(1, now_ms=LEASE_MS) == 2
 
 
-def test_the_lease_and_the_metadata_version_read_together_match_their_own_reads(store, other_store):
+def test_the_periodic_read_matches_the_lease_version_and_registrations_read_on_their_own(store, other_store):
     lease = ControllerLease(other_store, LEASE_MS)
-    assert lease.current_and_metadata_version() == (None, store.metadata_version())
+    first = read_cluster_items(other_store.models, [1], lease=True, at_ms=0)
+    assert (first.lease, first.version, first.brokers.found, first.brokers.missing) == (
+        None, store.metadata_version(), (), {1})
     holder = ControllerLease(store, LEASE_MS)
     assert holder.try_acquire(1) == 1
-    store.bump_metadata_version()
-    state, version = lease.current_and_metadata_version()
-    assert state == lease.current() and state.holder == 1
-    assert version == store.metadata_version() > 0
+    epochs = {b: store.register_broker(b, "127.0.0.1", 19092 + b) for b in (1, 2)}
+    store.heartbeat_broker(2, epochs[2])
+    read = read_cluster_items(other_store.models, [1, 2, 3], lease=True, at_ms=5)
+    assert read.lease == lease.current() and read.lease.holder == 1
+    assert read.version == store.metadata_version() > 0
+    assert read.brokers.found == tuple(BrokerHeartbeat(b.broker_id, b.broker_epoch, b.state, b.heartbeat)
+                                       for b in store.list_brokers())
+    assert read.brokers.missing == {3}
+    assert read_cluster_items(other_store.models, [1], lease=False, at_ms=5).lease is None
 
-    # try_acquire with the state as read behaves as with its own read: the lease runs out on the
+    # try_acquire with the lease as read behaves as with its own read: the lease runs out on the
     # observer's clock from its first sighting of the heartbeat, then it is taken.
-    assert lease.try_acquire(2, now_ms=0, state=state) is None
-    assert lease.try_acquire(2, now_ms=LEASE_MS - 1, state=state) is None
-    assert lease.try_acquire(2, now_ms=LEASE_MS, state=state) == 2
+    assert lease.try_acquire(2, now_ms=0, state=read.lease) is None
+    assert lease.try_acquire(2, now_ms=LEASE_MS - 1, state=read.lease) is None
+    assert lease.try_acquire(2, now_ms=LEASE_MS, state=read.lease) == 2
     with pytest.raises(FencedControllerError):
         holder.heartbeat()
