@@ -18,8 +18,15 @@ key DynamoDB did not process. Only what observation needs is read (``ProjectionE
 epoch, state and heartbeat, not the endpoints. The items are parsed from DynamoDB's wire form here,
 not through pynamodb's models, which cost more CPU than the few fields are worth at this rate.
 
-BatchGetItem takes at most 100 keys a call, so more brokers are read in several calls; keys that
-DynamoDB leaves unprocessed (throttling) are asked again with backoff (``broker_core.retry``), and
+Reading by key costs DynamoDB read units per item (one per consistent read of up to 4 KB), where a
+Scan costs one per 4 KB of all the items it returns together: the heartbeats of a few brokers by key
+cost a few units more per read than a Scan, those of 54 brokers (the cost model's 1 GiB/s cluster) 56
+units against about 5, every 500 ms on every broker. So the brokers are read by key only while there
+are at most `KEYED_HEARTBEATS_MAX_BROKERS` of them; a larger cluster reads the version and lease by key
+and the heartbeats by a consistent Scan with the same projection (two calls, as before this read).
+
+The BatchGetItem names at most 2 + `KEYED_HEARTBEATS_MAX_BROKERS` keys, within its limit of 100; keys
+that DynamoDB leaves unprocessed (throttling) are asked again with backoff (``broker_core.retry``), and
 when some are still left the read fails with MetadataUnavailableError, as a failed Scan did: the
 duties skip that pass and the next read comes one interval later.
 
@@ -29,7 +36,7 @@ results are immutable.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +48,9 @@ from broker_core.metadata.models import CONTROLLER_ITEM, METADATA_VERSION_ITEM, 
 from broker_core.metadata.state import BrokerState, ControllerLeaseState
 from broker_core.retry import RetryPolicy
 
-MAX_KEYS_PER_CALL = 100  # DynamoDB's limit for one BatchGetItem
+KEYED_HEARTBEATS_MAX_BROKERS = 4
+"""Up to this many brokers, their heartbeats are read by key in the BatchGetItem of the cluster items;
+beyond, by a Scan of the brokers table (see the module doc: read units)."""
 UNPROCESSED_KEYS = RetryPolicy(attempts=4, base_s=0.02, cap_s=0.2)
 """How often keys DynamoDB left unprocessed are asked again before the read fails."""
 
@@ -94,7 +103,8 @@ class _KeysLeft(Exception):
 
 def read_cluster_items(models: BoundModels, broker_ids: Iterable[int], *, lease: bool, at_ms: float) -> ClusterItems:
     """The metadata version, the lease (if ``lease``) and the registrations of ``broker_ids``, all
-    consistent reads, in as few BatchGetItem calls as DynamoDB allows (one for up to 98 brokers).
+    consistent reads, in one BatchGetItem (with a Scan of the brokers table beyond
+    `KEYED_HEARTBEATS_MAX_BROKERS` brokers).
 
     ``at_ms`` is when the caller began the read, on its monotonic clock. Raises
     MetadataUnavailableError when DynamoDB fails or leaves keys unprocessed after the retries.
@@ -102,33 +112,34 @@ def read_cluster_items(models: BoundModels, broker_ids: Iterable[int], *, lease:
     cluster_table = models.controller_lease.Meta.table_name
     brokers_table = models.broker.Meta.table_name
     asked = frozenset(broker_ids)
+    scan = len(asked) > KEYED_HEARTBEATS_MAX_BROKERS
     pending: list[tuple[str, dict[str, Any]]] = [(cluster_table, {"item": {"S": METADATA_VERSION_ITEM}})]
     if lease:
         pending.append((cluster_table, {"item": {"S": CONTROLLER_ITEM}}))
-    pending.extend((brokers_table, {"broker_id": {"N": str(b)}}) for b in sorted(asked))
+    if not scan:
+        pending.extend((brokers_table, {"broker_id": {"N": str(b)}}) for b in sorted(asked))
     answers: dict[str, list[dict[str, Any]]] = {cluster_table: [], brokers_table: []}
 
     def attempt() -> None:
         nonlocal pending
-        left: list[tuple[str, dict[str, Any]]] = []
-        for chunk in _chunks(pending, MAX_KEYS_PER_CALL):
-            request: dict[str, dict[str, Any]] = {}
-            for table, key in chunk:
-                request.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
-            if brokers_table in request:
-                request[brokers_table]["ProjectionExpression"] = _BROKER_FIELDS
-                request[brokers_table]["ExpressionAttributeNames"] = {"#state": "state"}
-            answer = models.connection.dispatch("BatchGetItem", {"RequestItems": request})
-            for table, items in answer.get("Responses", {}).items():
-                answers[table].extend(items)
-            for table, unprocessed in answer.get("UnprocessedKeys", {}).items():
-                left.extend((table, key) for key in unprocessed.get("Keys", ()))
-        pending = left
-        if left:
-            raise _KeysLeft(f"{len(left)} keys unprocessed")
+        request: dict[str, dict[str, Any]] = {}
+        for table, key in pending:
+            request.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
+        if brokers_table in request:
+            request[brokers_table]["ProjectionExpression"] = _BROKER_FIELDS
+            request[brokers_table]["ExpressionAttributeNames"] = {"#state": "state"}
+        answer = models.connection.dispatch("BatchGetItem", {"RequestItems": request})
+        for table, items in answer.get("Responses", {}).items():
+            answers[table].extend(items)
+        pending = [(table, key) for table, unprocessed in answer.get("UnprocessedKeys", {}).items()
+                   for key in unprocessed.get("Keys", ())]
+        if pending:
+            raise _KeysLeft(f"{len(pending)} keys unprocessed")
 
     try:
         UNPROCESSED_KEYS.call(attempt, lambda error: isinstance(error, _KeysLeft))
+        if scan:
+            answers[brokers_table] = _scan_heartbeats(models, brokers_table)
     except _KeysLeft as err:
         raise MetadataUnavailableError(f"read cluster items: {err} after {UNPROCESSED_KEYS.attempts} attempts") from err
     except (PynamoDBException, BotoCoreError, ClientError) as err:
@@ -145,10 +156,21 @@ def read_cluster_items(models: BoundModels, broker_ids: Iterable[int], *, lease:
     found = sorted((BrokerHeartbeat(broker_id=int(raw["broker_id"]["N"]), broker_epoch=int(raw["broker_epoch"]["N"]),
                                     state=BrokerState(raw["state"]["S"]), heartbeat=int(raw["heartbeat"]["N"]))
                     for raw in answers[brokers_table]), key=lambda b: b.broker_id)
+    if scan:  # a Scan finds every registration: each one found counts as asked for
+        asked = asked | {b.broker_id for b in found}
     return ClusterItems(version=version, lease_read=lease, lease=lease_state,
                         brokers=BrokerHeartbeats(at_ms=at_ms, asked=asked, found=tuple(found)))
 
 
-def _chunks(keys: list[tuple[str, dict[str, Any]]], size: int) -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    for start in range(0, len(keys), size):
-        yield keys[start:start + size]
+def _scan_heartbeats(models: BoundModels, brokers_table: str) -> list[dict[str, Any]]:
+    """Every registration's heartbeat fields, by a consistent Scan of the brokers table (all its pages)."""
+    request: dict[str, Any] = {"TableName": brokers_table, "ConsistentRead": True,
+                               "ProjectionExpression": _BROKER_FIELDS, "ExpressionAttributeNames": {"#state": "state"}}
+    items: list[dict[str, Any]] = []
+    while True:
+        answer = models.connection.dispatch("Scan", request)
+        items.extend(answer.get("Items", ()))
+        if "LastEvaluatedKey" not in answer:
+            return items
+        request["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+

@@ -23,6 +23,7 @@ from broker_core.metadata.store import MetadataStore
 SETTINGS = AwsSettings(endpoint_url="http://127.0.0.1:9", region="us-east-1", bucket="b", table_prefix="unit-")
 CLUSTER, BROKERS = "unit-cluster", "unit-brokers"
 SESSION_MS = 300
+SCAN_PAGE = 4
 
 
 class TableDict:
@@ -39,8 +40,10 @@ class TableDict:
             "heartbeat": {"N": str(heartbeat)}, "host": {"S": "127.0.0.1"}, "port": {"N": "9092"}}
 
     def dispatch(self, operation: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-        assert operation == "BatchGetItem"
         self.calls.append(kwargs)
+        if operation == "Scan":
+            return self.scan(kwargs)
+        assert operation == "BatchGetItem"
         request = kwargs["RequestItems"]
         assert sum(len(r["Keys"]) for r in request.values()) <= 100
         responses: dict[str, list[dict[str, Any]]] = {}
@@ -54,12 +57,27 @@ class TableDict:
                     continue
                 item = self.items[table].get(next(iter(next(iter(key.values())).values())))
                 if item is not None:
-                    if "ProjectionExpression" in asked:
-                        names = [asked.get("ExpressionAttributeNames", {}).get(n.strip(), n.strip())
-                                 for n in asked["ProjectionExpression"].split(",")]
-                        item = {n: v for n, v in item.items() if n in names}
-                    responses.setdefault(table, []).append(item)
+                    responses.setdefault(table, []).append(_projected(item, asked))
         return {"Responses": responses, "UnprocessedKeys": unprocessed}
+
+    def scan(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A consistent Scan of the brokers table, ``SCAN_PAGE`` items a page."""
+        assert request["TableName"] == BROKERS and request["ConsistentRead"] is True
+        keys = sorted(self.items[BROKERS], key=int)
+        start = keys.index(request["ExclusiveStartKey"]["broker_id"]["N"]) + 1 if "ExclusiveStartKey" in request else 0
+        page = keys[start:start + SCAN_PAGE]
+        answer: dict[str, Any] = {"Items": [_projected(self.items[BROKERS][k], request) for k in page]}
+        if start + SCAN_PAGE < len(keys):
+            answer["LastEvaluatedKey"] = {"broker_id": {"N": page[-1]}}
+        return answer
+
+
+def _projected(item: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    if "ProjectionExpression" not in request:
+        return item
+    names = [request.get("ExpressionAttributeNames", {}).get(n.strip(), n.strip())
+             for n in request["ProjectionExpression"].split(",")]
+    return {n: v for n, v in item.items() if n in names}
 
 
 @pytest.fixture
@@ -105,13 +123,26 @@ def test_a_broker_without_a_registration_is_missing_not_found(dynamodb, models):
     assert read.brokers.missing == {9}
 
 
-def test_more_than_a_hundred_keys_are_read_in_several_calls(dynamodb, models):
-    for broker_id in range(250):
-        dynamodb.put_broker(broker_id, epoch=broker_id + 1, heartbeat=broker_id)
-    read = read_cluster_items(models, range(250), lease=True, at_ms=0.0)
-    assert [sum(len(r["Keys"]) for r in call["RequestItems"].values()) for call in dynamodb.calls] == [100, 100, 52]
-    assert [b.broker_id for b in read.brokers.found] == list(range(250))
-    assert read.version == 7 and read.lease is not None and read.brokers.missing == frozenset()
+def test_beyond_four_brokers_the_heartbeats_are_scanned_every_page_and_every_registration_counts(dynamodb, models):
+    # Read units: by key one per broker, a Scan one per 4 KB of them all (the module doc).
+    for broker_id in range(10):
+        dynamodb.put_broker(broker_id, epoch=broker_id + 1, heartbeat=broker_id, state=BrokerState.RUNNING)
+    read = read_cluster_items(models, [0, 1, 2, 3, 4, 42], lease=True, at_ms=5.0)
+    batch, *scans = dynamodb.calls
+    assert list(batch["RequestItems"]) == [CLUSTER] and len(batch["RequestItems"][CLUSTER]["Keys"]) == 2
+    assert len(scans) == 3  # pages of 4, 4 and 2
+    assert [b.broker_id for b in read.brokers.found] == list(range(10))
+    assert read.brokers.found[9] == BrokerHeartbeat(9, 10, BrokerState.RUNNING, 9)
+    assert read.brokers.missing == {42}  # asked for, not registered: forgotten, as the Scan before this read did
+    assert read.version == 7 and read.lease is not None and read.at_ms == 5.0
+
+
+def test_up_to_four_brokers_are_read_by_key_in_the_one_call(dynamodb, models):
+    for broker_id in range(10):
+        dynamodb.put_broker(broker_id, epoch=1, heartbeat=0)
+    read = read_cluster_items(models, [0, 1, 2, 3], lease=False, at_ms=0.0)
+    assert len(dynamodb.calls) == 1 and len(dynamodb.calls[0]["RequestItems"][BROKERS]["Keys"]) == 4
+    assert [b.broker_id for b in read.brokers.found] == [0, 1, 2, 3]
 
 
 def test_unprocessed_keys_are_asked_again(dynamodb, models):

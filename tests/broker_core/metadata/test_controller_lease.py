@@ -135,6 +135,10 @@ def test_the_periodic_read_matches_the_lease_version_and_registrations_read_on_t
                                        for b in store.list_brokers())
     assert read.brokers.missing == {3}
     assert read_cluster_items(other_store.models, [1], lease=False, at_ms=5).lease is None
+    # Beyond four brokers the heartbeats come from a Scan (read units): the same registrations.
+    scanned = read_cluster_items(other_store.models, [1, 2, 3, 4, 5, 6], lease=True, at_ms=5)
+    assert (scanned.lease, scanned.version, scanned.brokers.found) == (read.lease, read.version, read.brokers.found)
+    assert scanned.brokers.missing == {3, 4, 5, 6}
 
     # try_acquire with the lease as read behaves as with its own read: the lease runs out on the
     # observer's clock from its first sighting of the heartbeat, then it is taken.
