@@ -8,6 +8,7 @@ with the log.
 from __future__ import annotations
 
 import bisect
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,15 @@ class LeaderEpochCheckpoint:
 
     Thread-safety: mutated only by the partition's single writer; readers see an immutable tuple that
     each mutation replaces, so a concurrent lookup sees either the old or the new list.
+
+    Writes owed: an entry may be recorded before its file write (``assign(..., write=False)``), or
+    written without fsyncs (``durable=False``). `write_pending` (any thread; a lock orders the file
+    writes) then writes the list as it is when it runs, durably, and ``unwritten`` stays true until
+    a write of the current list has completed. The log writes no batch of an epoch whose entry is not
+    in the file yet (a killed process leaves the file recovery checks the batches against), and pays
+    what is owed before its recovery point passes those batches (a power loss leaves a file that
+    covers every batch below the recovery point). A first entry written without fsyncs owes nothing:
+    lost, it leaves an empty cache, which recovery rebuilds from the batches.
     """
 
     def __init__(self, path: Path) -> None:
@@ -47,6 +57,8 @@ class LeaderEpochCheckpoint:
         if any(entry.epoch < 0 or entry.start_offset < 0 for entry in loaded):
             raise CorruptCheckpointError(path, "negative epoch or offset")
         self._entries: tuple[EpochEntry, ...] = loaded
+        self._unwritten = False
+        self._writing = threading.Lock()
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:
@@ -60,13 +72,21 @@ class LeaderEpochCheckpoint:
     def latest_entry(self) -> EpochEntry | None:
         return self._entries[-1] if self._entries else None
 
-    def assign(self, epoch: int, start_offset: int, *, durable: bool = True) -> bool:
+    @property
+    def unwritten(self) -> bool:
+        """Whether a write is owed: the file may lack the current entries, or not hold them durably."""
+        return self._unwritten
+
+    def assign(self, epoch: int, start_offset: int, *, durable: bool = True, write: bool = True) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; return whether anything changed.
 
         As in Kafka: nothing happens if ``epoch`` is already the latest epoch with a start at or below
         ``start_offset``; otherwise every entry with an epoch >= ``epoch`` or a start offset >=
         ``start_offset`` is dropped first, so the list stays increasing in both. With ``durable``
-        False the file is replaced without fsyncs (see ``checkpoint.atomic_write``).
+        False the file is replaced without fsyncs (see ``checkpoint.atomic_write``), and unless it was
+        the first entry a durable write is owed. With ``write`` False only the list changes: the
+        caller has `write_pending` run before any batch of the epoch is written (off the writer's
+        thread if it likes). See the class doc on writes owed.
         """
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"epoch {epoch} and start offset {start_offset} must be non-negative")
@@ -74,8 +94,24 @@ class LeaderEpochCheckpoint:
         if latest is not None and latest.epoch == epoch and latest.start_offset <= start_offset:
             return False
         kept = tuple(e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset)
-        self._replace((*kept, EpochEntry(epoch, start_offset)), durable=durable)
+        if write:
+            owed = not durable and bool(self._entries)
+            self._replace((*kept, EpochEntry(epoch, start_offset)), durable=durable)
+            self._unwritten = owed
+        else:
+            self._entries = (*kept, EpochEntry(epoch, start_offset))
+            self._unwritten = True
         return True
+
+    def write_pending(self) -> None:
+        """Write the list durably if a write is owed (any thread)."""
+        with self._writing:
+            if not self._unwritten:
+                return
+            entries = self._entries
+            write_checkpoint(self.path, [(e.epoch, e.start_offset) for e in entries])
+            if self._entries is entries:  # else the writer recorded more meanwhile: still unwritten
+                self._unwritten = False
 
     def epoch_for_offset(self, offset: int) -> int | None:
         """The epoch whose range holds ``offset``; None if the offset is below the first entry."""
@@ -123,5 +159,7 @@ class LeaderEpochCheckpoint:
             self._replace(())
 
     def _replace(self, entries: tuple[EpochEntry, ...], *, durable: bool = True) -> None:
-        write_checkpoint(self.path, [(e.epoch, e.start_offset) for e in entries], durable=durable)
-        self._entries = entries
+        with self._writing:
+            write_checkpoint(self.path, [(e.epoch, e.start_offset) for e in entries], durable=durable)
+            self._entries = entries
+            self._unwritten = False
