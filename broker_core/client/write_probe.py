@@ -4,11 +4,24 @@ What the failover measurements use (``bench/scale_bench.py``, the kill-leader fa
 partitions): from a fault, how long until each partition accepts an acks=all write again. The probe
 learns leaders as a current client does, from Metadata answers of the live brokers (each refresh
 asks the next live broker, so every survivor's view is used; asked again at most every
-``metadata_refresh_s`` while a partition's leader is unknown or refused) and from the new leader a
-NOT_LEADER_OR_FOLLOWER answer names (KIP-951, Produce v10+). It sends one Produce per leader for up
+``metadata_refresh_s`` while a partition's leader is unknown, unreachable or refused, as a client's
+metadata backoff would: a Metadata answer for 1,000 partitions is costly to build, and with the
+probe asking on every 50 ms turn, Metadata took about a fifth of each survivor's event loop in a
+profiled failover) and from the new leader a NOT_LEADER_OR_FOLLOWER answer names (KIP-951, Produce
+v10+). It sends one Produce per leader for up
 to ``partitions_per_request`` partitions still waiting, each request a task of its own and each
 partition in one request at a time: an acks=all write waiting (up to ``timeout_ms``) for its ISR to
 shrink holds back no Metadata refresh and no write to a partition whose new leader is known.
+
+What it times is each partition's first acknowledged write, so nothing but that partition's own
+request may stand between the broker's acknowledgment and the probe's clock. A broker answers a
+connection's requests in the order they came (Kafka's rule), so a request queued behind one still
+waiting for its acks would be answered only when that one is, up to ``timeout_ms`` later, and a
+Metadata request behind it would hold the whole probe as long. Hence each Produce in flight has a
+connection of its own (a pool per broker: a connection is used again once its answer is in), and
+Metadata has one per broker that carries nothing else. A request's answer still comes when its
+slowest partition is acknowledged, so requests are small (``partitions_per_request``, 10 by default):
+a partition that waits longer than the others holds back a few of them, not a hundred.
 
 Every record it writes has a value of its own (``probe-<partition>-<attempt>-<broker>``), and
 `acknowledged` maps each acknowledged value to its (partition, offset), so a caller can check the
@@ -40,7 +53,7 @@ class WriteProbe:
     """acks=all writes to every partition of ``topic`` until each has been acknowledged once (see the module doc)."""
 
     def __init__(self, live_brokers: LiveBrokers, topic: str, partitions: int, *, security: ClientSecurity = PLAINTEXT,
-                 timeout_ms: int = 5000, partitions_per_request: int = 100, metadata_refresh_s: float = 0.2,
+                 timeout_ms: int = 5000, partitions_per_request: int = 10, metadata_refresh_s: float = 0.2,
                  pause_s: float = 0.05) -> None:
         self.live_brokers = live_brokers
         self.topic = topic
@@ -58,8 +71,10 @@ class WriteProbe:
         self._metadata_due = 0.0
         self._attempt = 0
         self._refreshes = 0
-        self._connections: dict[int, BrokerConnection] = {}
-        self._connecting = asyncio.Lock()  # concurrent requests to one broker share its connection
+        # Metadata only, one per broker; and the Produce connections not in use now, by broker.
+        self._metadata_connections: dict[int, BrokerConnection] = {}
+        self._idle: dict[int, list[BrokerConnection]] = {}
+        self._produce_connections: set[BrokerConnection] = set()
 
     async def run(self, started: float, give_up_after_s: float) -> None:
         """Probe until every partition was acknowledged or ``give_up_after_s`` passed since ``started``
@@ -96,35 +111,51 @@ class WriteProbe:
             for task in list(tasks):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            for connection in self._connections.values():
+            for connection in [*self._metadata_connections.values(), *self._produce_connections]:
                 await connection.close()
 
     def _ask_metadata_soon(self) -> None:
         self._metadata_due = min(self._metadata_due, time.monotonic() + self.metadata_refresh_s)
 
-    async def _connection(self, broker_id: int) -> BrokerConnection | None:
-        async with self._connecting:
-            connection = self._connections.get(broker_id)
-            if connection is not None and connection.connected:
-                return connection
-            address = self.live_brokers().get(broker_id)
-            if address is None:
-                return None
-            connection = BrokerConnection(*address, request_timeout_s=self.timeout_ms / 1000 + 10,
-                                          security=self.security)
-            try:
-                await connection.connect()
-            except ClientError:
-                return None
-            self._connections[broker_id] = connection
+    async def _connect(self, broker_id: int) -> BrokerConnection | None:
+        address = self.live_brokers().get(broker_id)
+        if address is None:
+            return None
+        connection = BrokerConnection(*address, request_timeout_s=self.timeout_ms / 1000 + 10, security=self.security)
+        try:
+            await connection.connect()
+        except ClientError:
+            return None
+        return connection
+
+    async def _metadata_connection(self, broker_id: int) -> BrokerConnection | None:
+        connection = self._metadata_connections.get(broker_id)
+        if connection is not None and connection.connected:
             return connection
+        connection = await self._connect(broker_id)
+        if connection is not None:
+            self._metadata_connections[broker_id] = connection
+        return connection
+
+    async def _produce_connection(self, broker_id: int) -> BrokerConnection | None:
+        """A connection to ``broker_id`` with no request in flight: an idle one, or a new one."""
+        idle = self._idle.setdefault(broker_id, [])
+        while idle:
+            connection = idle.pop()
+            if connection.connected:
+                return connection
+            self._produce_connections.discard(connection)
+        connection = await self._connect(broker_id)
+        if connection is not None:
+            self._produce_connections.add(connection)
+        return connection
 
     async def _refresh_leaders(self) -> None:
         """Partition leaders as the next live broker's Metadata answer names them."""
         live = sorted(self.live_brokers())
         for turn in range(len(live)):
             broker_id = live[(self._refreshes + turn) % len(live)]
-            connection = await self._connection(broker_id)
+            connection = await self._metadata_connection(broker_id)
             if connection is None:
                 continue
             try:
@@ -142,10 +173,10 @@ class WriteProbe:
         self._ask_metadata_soon()
 
     async def _write(self, broker_id: int, partitions: list[int], started: float) -> None:
-        connection = await self._connection(broker_id)
+        connection = await self._produce_connection(broker_id)
         if connection is None:
             self.answers["leader unreachable"] += len(partitions)
-            self._metadata_due = 0.0
+            self._ask_metadata_soon()
             return
         values = {p: f"probe-{p}-{self._attempt}-{broker_id}".encode() for p in partitions}
         try:
@@ -155,9 +186,12 @@ class WriteProbe:
                     {"index": p, "records": build_batch([SimpleRecord(value=values[p])])} for p in partitions]}]})
         except ClientError:
             self.answers["connection lost"] += len(partitions)
-            self._metadata_due = 0.0
+            self._ask_metadata_soon()
+            self._produce_connections.discard(connection)
+            await connection.close()
             return
         elapsed = time.monotonic() - started
+        self._idle[broker_id].append(connection)
         for topic in response.responses:
             for answer in topic.partition_responses:
                 code = ErrorCode(answer.error_code)

@@ -8,6 +8,7 @@ with the log.
 from __future__ import annotations
 
 import bisect
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,19 +34,30 @@ class LeaderEpochCheckpoint:
     atomically (temp file, fsync, rename, fsync of the directory), so a crash leaves the old or the new
     list. A malformed file raises CorruptCheckpointError on load.
 
-    A new log's first entry may be held in memory only (`assign_unwritten`, ``new``): the owner writes
-    it (`write_unwritten`) before its recovery point passes any batch, so until then a crash loses
-    nothing that recovery does not rebuild from the batches it re-validates.
-
     Thread-safety: mutated only by the partition's single writer; readers see an immutable tuple that
     each mutation replaces, so a concurrent lookup sees either the old or the new list.
+
+    Writes owed: an entry may be recorded before its file write (``assign(..., write=False)``,
+    `assign_unwritten`), or written without fsyncs (``durable=False``). `write_pending` (any thread; a
+    lock orders the file writes) then writes the list as it is when it runs, durably, and
+    ``unwritten`` stays true until a durable write of the current list has completed. Two rules keep
+    recovery right, and the log follows both:
+
+    - **Before a batch**, a killed process must leave a file that names every epoch the batches carry,
+      since recovery checks the batches above the recovery point against it. An empty file (or none)
+      is the exception: recovery then rebuilds the cache from those batches. So ``due_before_batches``
+      is true only while the file holds entries and lacks the current ones: the log then writes it
+      before a batch of the epoch. A new log's first entry (`assign_unwritten`, on a cache of a
+      directory just made: ``new``) is therefore not written at its first batch: a topic of 1,000
+      partitions writes no checkpoint file when it is created or first written.
+    - **Before the recovery point passes the batches** of an entry, its durable write (``unwritten``) is
+      paid, since recovery does not re-read batches below the recovery point: a power loss then leaves a
+      file that covers them.
     """
 
     def __init__(self, path: Path, *, new: bool = False) -> None:
         """Load ``path``; with ``new`` (its directory was just made, so it holds no file) read nothing."""
         self.path = path
-        # True while the entries hold what the file does not (see `assign_unwritten`).
-        self.unwritten = False
         entries = [] if new else read_checkpoint(path, fields_per_entry=2) or []
         loaded = tuple(EpochEntry(epoch, start) for epoch, start in entries)
         for previous, entry in zip(loaded, loaded[1:], strict=False):
@@ -54,6 +66,10 @@ class LeaderEpochCheckpoint:
         if any(entry.epoch < 0 or entry.start_offset < 0 for entry in loaded):
             raise CorruptCheckpointError(path, "negative epoch or offset")
         self._entries: tuple[EpochEntry, ...] = loaded
+        self._unwritten = False  # a durable write of the current entries is owed
+        self._file_stale = False  # the file (durable or not) lacks the current entries
+        self._file_empty = not loaded  # the file holds no entry (or there is no file)
+        self._writing = threading.Lock()
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:
@@ -67,13 +83,27 @@ class LeaderEpochCheckpoint:
     def latest_entry(self) -> EpochEntry | None:
         return self._entries[-1] if self._entries else None
 
-    def assign(self, epoch: int, start_offset: int, *, durable: bool = True) -> bool:
+    @property
+    def unwritten(self) -> bool:
+        """Whether a durable write is owed: the file may lack the current entries, or not hold them durably."""
+        return self._unwritten
+
+    @property
+    def due_before_batches(self) -> bool:
+        """Whether the file must be written before a batch of the latest epoch: it holds entries, and
+        not the current ones (see the class doc)."""
+        return self._file_stale and not self._file_empty
+
+    def assign(self, epoch: int, start_offset: int, *, durable: bool = True, write: bool = True) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; return whether anything changed.
 
         As in Kafka: nothing happens if ``epoch`` is already the latest epoch with a start at or below
         ``start_offset``; otherwise every entry with an epoch >= ``epoch`` or a start offset >=
         ``start_offset`` is dropped first, so the list stays increasing in both. With ``durable``
-        False the file is replaced without fsyncs (see ``checkpoint.atomic_write``).
+        False the file is replaced without fsyncs (see ``checkpoint.atomic_write``), and unless it was
+        the first entry a durable write is owed. With ``write`` False only the list changes: the
+        caller has `write_pending` run before any batch of the epoch is written (off the writer's
+        thread if it likes). See the class doc on writes owed.
         """
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"epoch {epoch} and start offset {start_offset} must be non-negative")
@@ -81,24 +111,32 @@ class LeaderEpochCheckpoint:
         if latest is not None and latest.epoch == epoch and latest.start_offset <= start_offset:
             return False
         kept = tuple(e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset)
-        self._replace((*kept, EpochEntry(epoch, start_offset)), durable=durable)
+        if write:
+            self._replace((*kept, EpochEntry(epoch, start_offset)), durable=durable)
+            self._unwritten = not durable
+        else:
+            self._entries = (*kept, EpochEntry(epoch, start_offset))
+            self._unwritten = self._file_stale = True
         return True
 
     def assign_unwritten(self, epoch: int, start_offset: int) -> bool:
-        """`assign` for a cache that is empty, in memory only: the file is written by the next change
-        (which writes every entry) or by `write_unwritten`. Returns whether it recorded the entry."""
+        """`assign` without a file write, for a cache that is empty: the first entry of a new log, written
+        by `write_pending` before the recovery point passes a batch (not before the first batch: an
+        empty file lets recovery rebuild the cache). Returns whether it recorded the entry."""
         if self._entries:
             return False
-        if epoch < 0 or start_offset < 0:
-            raise ValueError(f"epoch {epoch} and start offset {start_offset} must be non-negative")
-        self._entries = (EpochEntry(epoch, start_offset),)
-        self.unwritten = True
-        return True
+        return self.assign(epoch, start_offset, write=False)
 
-    def write_unwritten(self) -> None:
-        """Write the file (durably) if the entries hold what it does not."""
-        if self.unwritten:
-            self._replace(self._entries)
+    def write_pending(self) -> None:
+        """Write the list durably if a write is owed (any thread)."""
+        with self._writing:
+            if not self._unwritten:
+                return
+            entries = self._entries
+            write_checkpoint(self.path, [(e.epoch, e.start_offset) for e in entries])
+            self._file_empty = not entries
+            if self._entries is entries:  # else the writer recorded more meanwhile: still unwritten
+                self._unwritten = self._file_stale = False
 
     def epoch_for_offset(self, offset: int) -> int | None:
         """The epoch whose range holds ``offset``; None if the offset is below the first entry."""
@@ -143,12 +181,15 @@ class LeaderEpochCheckpoint:
 
     def clear(self) -> None:
         if self._entries:
-            if self.unwritten:  # nothing of them on disk
-                self._entries, self.unwritten = (), False
+            if self._file_empty:  # nothing of them is in the file
+                with self._writing:
+                    self._entries, self._unwritten, self._file_stale = (), False, False
             else:
                 self._replace(())
 
     def _replace(self, entries: tuple[EpochEntry, ...], *, durable: bool = True) -> None:
-        write_checkpoint(self.path, [(e.epoch, e.start_offset) for e in entries], durable=durable)
-        self._entries = entries
-        self.unwritten = False
+        with self._writing:
+            write_checkpoint(self.path, [(e.epoch, e.start_offset) for e in entries], durable=durable)
+            self._entries = entries
+            self._unwritten = self._file_stale = False
+            self._file_empty = not entries

@@ -393,6 +393,8 @@ class PartitionLog:
         segment = self._segment_for_append(len(view), base_offset, info.last_offset, now)
         if latest_epoch != leader_epoch:
             self.leader_epochs.assign(leader_epoch, base_offset)
+        elif self.leader_epochs.due_before_batches:
+            self.leader_epochs.write_pending()  # `start_leader_epoch`'s write, if its worker has not run it yet
         segment.append(parts, described)
         if self._has_flush_policy:
             self._maybe_flush(now)
@@ -452,8 +454,12 @@ class PartitionLog:
             segment = self._roll_to(first_offset, now)
         else:
             segment = self._segment_for_append(len(view), first_offset, info.last_offset, now)
+        # Written before the batches' bytes, so a killed process leaves every epoch they carry in the
+        # file; without fsyncs (after an election a follower gets such a batch for each partition it
+        # follows, and two fsyncs each held the event loop for seconds): the next flush makes it
+        # durable before the recovery point passes these batches (LeaderEpochCheckpoint.assign).
         for epoch, start_offset in new_epochs:
-            self.leader_epochs.assign(epoch, start_offset)
+            self.leader_epochs.assign(epoch, start_offset, durable=False)
         pending = self._pending_append = PendingAppend(segment, segment.size, view, described, info, now,
                                                               on_taken_in)
         return pending
@@ -570,6 +576,22 @@ class PartitionLog:
         elif config.flush_ms is not None and now_ms - self._last_flush_ms >= config.flush_ms:
             self.flush()
 
+    def start_leader_epoch(self, epoch: int) -> None:
+        """This replica leads from ``epoch``: record that the epoch starts at the log end, before any
+        batch of it, as Kafka's makeLeader does. The file (two fsyncs) is written by the owner's worker
+        (`run_in_background`) when it gives one, so that a broker elected leader of hundreds of
+        partitions at once does not hold its writer's thread on the disk for each; the first append
+        of the epoch writes it first if the worker has not yet."""
+        self.finish_append()
+        latest = self.leader_epochs.latest_epoch
+        if latest is None or latest >= epoch:
+            return  # a log with no epoch yet records its first at its first batch (or `begin_first_epoch`)
+        self.leader_epochs.assign(epoch, self.log_end_offset, write=False)
+        if self.run_in_background is None:
+            self.leader_epochs.write_pending()
+        else:
+            self.run_in_background(self.leader_epochs.write_pending)
+
     def begin_first_epoch(self, epoch: int) -> bool:
         """For a log that holds nothing yet and has no leader epoch recorded: record that ``epoch``
         starts at offset 0, as Kafka records a leader's epoch at its log end when it becomes leader.
@@ -607,10 +629,6 @@ class PartitionLog:
             or (segment is not active and (segment.next_offset > recovery_point or segment.base_offset >= recovery_point))
         )
         indexes = [self._txn_indexes[s.base_offset] for s in segments if s.base_offset in self._txn_indexes]
-        # A first epoch held in memory (`begin_first_epoch`) is written before the recovery point can
-        # pass its batches: past it, recovery would no longer rebuild it. Here, on the writer's thread,
-        # as every other write of that file; once in a log's life.
-        self.leader_epochs.write_unwritten()
         directory_dirty, self._directory_dirty = self._directory_dirty, False
 
         def step() -> None:
@@ -625,6 +643,10 @@ class PartitionLog:
                     self._directory_dirty = True
                     raise
             if offset > self._recovery_point:
+                # Durable before the recovery point passes its batches (past it, recovery would not rebuild
+                # the cache from them): a new log's first epoch, held in memory, or a follower's entries
+                # written without fsyncs (LeaderEpochCheckpoint's class doc).
+                self.leader_epochs.write_pending()
                 self._recovery_point = offset
                 write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, offset)
             self._last_flush_ms = wall_clock_ms()
@@ -639,6 +661,7 @@ class PartitionLog:
         self._finish_swap()
         self._segments[-1].seal()
         self.flush()
+        self.leader_epochs.write_pending()
         for segment in self._segments:
             segment.close()
         self._retired.delete_all()

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
@@ -374,6 +375,8 @@ class Controller:
         # The broker epoch of each broker as of this controller's last complete pass (see `_elect_leaders`).
         # ISR-only changes that drop fenced brokers wait until then after an election pass (monotonic ms).
         self._isr_only_not_before = 0.0
+        # Set by a pass that elected leaders and left ISR-only changes, until those are written.
+        self._isr_only_waiting = False
         # Each broker's epoch as of the last complete pass, this controller's or (read at the start of
         # its term) the previous controller's: a broker registered again since is a new incarnation.
         self._incarnations: dict[int, int] | None = None
@@ -620,26 +623,32 @@ class Controller:
         # Elections first: a partition without a live leader takes no write at all until its change
         # is written, one whose leader lives only waits for its ISR to shrink (to min.insync.replicas).
         proposals.sort(key=lambda change: change[0].leader == previous_leaders[(change[0].topic, change[0].partition)])
-        # A pass with elections writes the ISR-only changes that only drop fenced (or re-registered)
-        # brokers half a session later. Leaders no longer wait for a fenced
-        # member (Partition.exclude_fenced), so those writes are not on the failover's path, and
-        # written right behind the elections they held the store (the local stack's moto runs one
-        # transaction at a time, ~1 s each for 97 partitions under load) while every broker was
-        # reading the elections' change items. A SHUTTING_DOWN broker leaves ISRs in the same pass
-        # (leaders still count it).
+        # A pass with elections leaves the ISR-only changes that only drop fenced (or re-registered)
+        # brokers for half a session after it has written them: the wait starts at the next pass,
+        # which begins once the elections are written. Leaders no longer wait for a fenced member
+        # (Partition.exclude_fenced), so those writes are not on the failover's path, and written
+        # behind the elections they held the store (the local stack's moto runs one transaction at
+        # a time, ~1 s each for 97 partitions under load) and the controller broker's CPU while the
+        # elected partitions waited for their first acknowledged write. A SHUTTING_DOWN broker
+        # leaves ISRs in the same pass (leaders still count it).
         def deferrable(change: tuple[PartitionState, int]) -> bool:
             key = (change[0].topic, change[0].partition)
             return (change[0].leader == previous_leaders[key]
                     and shutting_down.isdisjoint(set(previous_isrs[key]) - set(change[0].isr)))
 
         now = [change for change in proposals if not deferrable(change)]
-        if now and len(now) < len(proposals):
-            # Half a session: the brokers apply the elections and the new leaders' followers catch up
-            # first. Written in the same seconds, these transactions took the controller broker's
-            # CPU (it leads half the elected partitions) and the store while the elected partitions
-            # waited for their first acknowledged write.
+        isr_only_left = len(now) < len(proposals)
+        if isr_only_left and now and not self._isr_only_waiting:
+            self._isr_only_not_before = math.inf  # until the pass after these elections
+            self._isr_only_waiting = True
+        elif isr_only_left and self._isr_only_not_before == math.inf:
+            # Half a session from the elections' start was less than the elections themselves take
+            # at 1,000 partitions under load with a 3 s session: the ISR-only transactions then ran
+            # right behind them, while the elected partitions took their first writes.
             self._isr_only_not_before = now_ms + self.session_timeout_ms / 2
-        deferred = len(now) < len(proposals) and now_ms < self._isr_only_not_before
+        deferred = isr_only_left and now_ms < self._isr_only_not_before
+        if not deferred:
+            self._isr_only_waiting = False
         if deferred:
             proposals = now
         # One pass moves every partition a fenced broker led or followed, in a few transactions

@@ -275,6 +275,8 @@ class Partition:
         self.fenced_out = frozenset() if new_term else self.fenced_out.intersection(isr)
         self.isr_check_due_ms = 0.0
         if new_term:
+            # The epoch's checkpoint entry now, its file off the event loop (hundreds of elections at once).
+            self.log.start_leader_epoch(leader_epoch)
             # A new leader knows nothing of its followers' progress until they fetch again.
             self.followers = {r: ReplicaState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
             self.leader_epoch_start_offset = self.log.log_end_offset

@@ -83,16 +83,18 @@ def test_a_flush_writes_the_epoch_before_the_recovery_point_passes_its_batches(t
     reopened.close()
 
 
-def test_a_rolls_flush_on_a_worker_finds_the_epoch_already_written(tmp_path: Path) -> None:
+def test_a_rolls_flush_on_a_worker_writes_the_epoch_before_the_recovery_point_moves(tmp_path: Path) -> None:
     partition = new_leader(tmp_path)
     handed: list = []
     partition.log.run_in_background = handed.append
     partition.append_as_leader(make_batch(n_records=3))
     partition.log.roll(now_ms=NOW)
-    # Written on the writer's thread when the flush was planned, not by the worker.
-    assert checkpoint_file(tmp_path).read_text() == "0\n1\n0 0\n" and len(handed) == 1
+    # Nothing yet: until the recovery point moves, a killed process leaves no file and recovery
+    # rebuilds the epoch from the batches. The flush's step (on the worker) writes it first.
+    assert not checkpoint_file(tmp_path).exists() and len(handed) == 1
     handed[0]()
     assert partition.log.recovery_point == 3
+    assert checkpoint_file(tmp_path).read_text() == "0\n1\n0 0\n"
     partition.close()
 
 
@@ -101,8 +103,9 @@ def test_a_later_epoch_writes_the_first_one_with_it_and_truncation_forgets_it(tm
     partition.append_as_leader(make_batch(n_records=2))
     partition.become_leader(leader_epoch=3, partition_epoch=1, replicas=(1,), isr=(1,))
     partition.append_as_leader(make_batch(n_records=2))
+    assert partition.log.leader_epochs.entries == (EpochEntry(0, 0), EpochEntry(3, 2))
+    partition.close()  # the later epoch's write ran on the partition's worker, and close pays what is owed
     assert checkpoint_file(tmp_path).read_text() == "0\n2\n0 0\n3 2\n"
-    partition.close()
 
     follower = new_leader(tmp_path, index=1)
     follower.become_follower(leader_id=2, leader_epoch=1, partition_epoch=1, replicas=(1, 2), isr=(1, 2))
@@ -122,7 +125,7 @@ def test_the_cache_of_a_new_directory_reads_no_file_and_takes_one_unwritten_entr
     cache.clear()
     assert cache.entries == () and not cache.unwritten and path.read_text() == "not a checkpoint"
     cache.assign_unwritten(2, 0)
-    cache.write_unwritten()
+    cache.write_pending()
     assert path.read_text() == "0\n1\n2 0\n" and not cache.unwritten
 
 

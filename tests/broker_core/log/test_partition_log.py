@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -516,6 +517,50 @@ def test_leader_epochs_are_recorded_at_their_first_offset(tmp_path: Path) -> Non
         log.append(make_batch(1, 10, NOW), leader_epoch=2, now_ms=NOW)
     log.truncate_to(2)
     assert [(e.epoch, e.start_offset) for e in log.leader_epochs.entries] == [(0, 0)]
+    log.close()
+
+
+def _checkpoint_lines(log: PartitionLog) -> list[str]:
+    return (log.directory / "leader-epoch-checkpoint").read_text().splitlines()
+
+
+def _killed_and_reopened(log: PartitionLog, destination: Path) -> PartitionLog:
+    """The log as a killed process leaves it (what reached the page cache), opened again."""
+    shutil.copytree(log.directory, destination)
+    return PartitionLog.open(destination, LogConfig(), topic="topic", partition=0)
+
+
+def test_a_new_leaders_epoch_file_is_written_by_the_worker_and_before_the_epochs_first_batch(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    handed: list = []
+    log.run_in_background = handed.append  # the owner's worker; run by hand here
+    log.append(make_batch(2, 10, NOW), leader_epoch=0, now_ms=NOW)
+    before = _checkpoint_lines(log)
+    log.start_leader_epoch(1)  # elected: the epoch starts at the log end, as Kafka's makeLeader records it
+    assert log.end_offset_for_epoch(0) == (0, 2) and log.leader_epochs.latest_epoch == 1
+    assert len(handed) == 1 and _checkpoint_lines(log) == before  # the file is the worker's to write
+    log.append(make_batch(3, 10, NOW), leader_epoch=1, now_ms=NOW)  # the worker has not run: written first
+    assert _checkpoint_lines(log)[2:] == ["0 0", "1 2"]
+    reopened = _killed_and_reopened(log, tmp_path / "killed")
+    assert reopened.log_end_offset == 5 and reopened.end_offset_for_epoch(1) == (1, 5)
+    reopened.close()
+    handed[0]()  # run late by the worker: nothing left to write
+    assert not log.leader_epochs.unwritten
+    log.close()
+
+
+def test_a_followers_new_epoch_is_in_the_file_before_its_batches_and_durable_by_the_next_flush(
+        tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_follower(leader_batches(0, [2], epoch=0), now_ms=NOW)
+    log.append_as_follower(leader_batches(2, [3], epoch=1), now_ms=NOW)
+    assert _checkpoint_lines(log)[2:] == ["0 0", "1 2"]
+    assert log.leader_epochs.unwritten  # written without fsyncs: a durable write is owed
+    reopened = _killed_and_reopened(log, tmp_path / "killed")
+    assert reopened.log_end_offset == 5 and reopened.end_offset_for_epoch(0) == (0, 2)
+    reopened.close()
+    log.flush()  # before the recovery point passes the epoch's batches
+    assert not log.leader_epochs.unwritten and log.recovery_point == 5
     log.close()
 
 

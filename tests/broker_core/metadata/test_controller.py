@@ -41,17 +41,18 @@ def test_broker_whose_heartbeat_stalls_is_fenced_and_loses_leadership_to_an_isr_
     assert store.get_broker(3).state is BrokerState.FENCED
     assert [store.get_broker(b).state for b in (1, 2)] == [BrokerState.RUNNING] * 2
     # The fencing pass writes the elections only; leaders stop waiting for broker 3 on seeing the
-    # fence, and a pass half a session later takes it out of the other partitions' ISRs.
+    # fence, and a pass half a session after the next one takes it out of the other partitions' ISRs.
     elected = {p.partition for p in result.changed_partitions}
     assert elected == {n for n, p in before.items() if p.leader == 3}
     for p in store.get_partitions("t"):
         if p.partition not in elected:
             assert p == before[p.partition]
-    controller.run_once(now_ms=SESSION_MS + 1)
+    controller.run_once(now_ms=SESSION_MS + 1)  # the elections are written: the wait starts
+    controller.run_once(now_ms=SESSION_MS * 1.5)
     for p in store.get_partitions("t"):
         if p.partition not in elected:
             assert p == before[p.partition]
-    controller.run_once(now_ms=SESSION_MS * 1.5)
+    controller.run_once(now_ms=SESSION_MS * 1.5 + 1)
     for p in store.get_partitions("t"):
         old = before[p.partition]
         assert 3 not in p.isr
@@ -160,7 +161,8 @@ def test_a_broker_registered_again_leaves_every_isr_with_another_running_member(
 
     store.register_broker(alone.leader, "127.0.0.1", 19092 + alone.leader)  # a new incarnation, never fenced
     controller.run_once(now_ms=1)  # the elections of the partitions it led
-    controller.run_once(now_ms=1 + SESSION_MS / 2)  # the ISR-only changes, half a session later
+    controller.run_once(now_ms=2)  # the elections are written: the wait starts
+    controller.run_once(now_ms=2 + SESSION_MS / 2)  # the ISR-only changes, half a session later
 
     for p in store.get_partitions("t"):
         old = before[p.partition]
@@ -168,7 +170,7 @@ def test_a_broker_registered_again_leaves_every_isr_with_another_running_member(
         assert p.leader_epoch == old.leader_epoch + (old.leader == alone.leader)
     assert store.get_partition("alone", 0) == alone  # no other member: it keeps its only replica
     version = store.metadata_version()
-    controller.run_once(now_ms=2 + SESSION_MS / 2)  # counted as this incarnation from now on: nothing more to change
+    controller.run_once(now_ms=3 + SESSION_MS / 2)  # counted as this incarnation from now on: nothing more to change
     assert store.metadata_version() == version
 
 
@@ -188,7 +190,8 @@ def test_a_new_controller_knows_a_broker_registered_again_since_its_predecessor_
 
     successor = Controller(store, ControllerLease(store, 10_000).try_acquire(7), session_timeout_ms=SESSION_MS)
     successor.run_once(now_ms=0)  # the elections of the partitions it led
-    successor.run_once(now_ms=SESSION_MS / 2)  # the ISR-only changes, half a session later
+    successor.run_once(now_ms=1)  # the elections are written: the wait starts
+    successor.run_once(now_ms=1 + SESSION_MS / 2)  # the ISR-only changes, half a session later
 
     for p in store.get_partitions("t"):
         assert restarted not in p.isr and p.leader != restarted
