@@ -9,7 +9,7 @@ from broker_core.log.config import LogConfig
 from broker_core.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, EpochEntry, LeaderEpochCheckpoint
 from broker_core.log.partition_log import PartitionLog
 from broker_core.server.partition import Partition
-from tests.support.batches import make_batch
+from tests.support.batches import leader_batches, make_batch
 
 TOPIC_ID = "3f0a6c1e-0000-4000-8000-000000000002"
 NOW = 1_700_000_000_000
@@ -134,4 +134,18 @@ def test_an_empty_new_log_answers_retention_and_delete_records_as_empty(tmp_path
     log.begin_first_epoch(0)
     assert log.enforce_retention(now_ms=NOW + 10_000) == 0
     assert (log.log_start_offset, log.log_end_offset, log.size_bytes) == (0, 0, 0)
+    log.close()
+
+
+def test_a_first_entry_a_follower_writes_without_fsyncs_owes_a_durable_write_before_the_recovery_point_moves(
+        tmp_path: Path) -> None:
+    # A replica added to a partition whose leader is at epoch 2: its first batches carry epoch 2.
+    (tmp_path / "t-0").mkdir()
+    log = PartitionLog.create(tmp_path / "t-0", LogConfig(), topic="t", partition=0)
+    log.append_as_follower(leader_batches(0, [3], epoch=2), now_ms=NOW)
+    assert log.leader_epochs.entries == (EpochEntry(2, 0),)
+    assert log.leader_epochs.unwritten and not log.leader_epochs.due_before_batches
+    log.flush()  # a power loss after this must find the epoch of the batches below the recovery point
+    assert log.recovery_point == 3 and not log.leader_epochs.unwritten
+    assert checkpoint_file(tmp_path).read_text() == "0\n1\n2 0\n"
     log.close()
