@@ -8,16 +8,7 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from broker_core.partitioner import murmur2, partition_for_key, to_positive
-
-# From Kafka's UtilsTest.testMurmur2: Java's signed 32-bit results.
-JAVA_VECTORS = {
-    b"21": -973932308,
-    b"foobar": -790332482,
-    b"a-little-bit-long-string": -985981536,
-    b"a-little-bit-longer-string": -1486304829,
-    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
-    b"abc": 479470107,
-}
+from tests.support.murmur2_vectors import JAVA_VECTORS
 
 
 @pytest.mark.parametrize(("key", "expected"), JAVA_VECTORS.items())

@@ -21,19 +21,11 @@ from functions.partitioning import partitions_for_keys
 from functions.produce import read_fast, record_fields
 from functions.produce_body import decode_records
 from functions.record_encoding import encode_batch, records_section
+from tests.support.murmur2_vectors import JAVA_VECTORS
 
 _BODY = TypeAdapter(ProduceBody)
 B64 = base64.b64encode(b"\x00\xffbytes").decode()
 
-# From Kafka's UtilsTest.testMurmur2: Java's signed 32-bit results.
-JAVA_VECTORS = {
-    b"21": -973932308,
-    b"foobar": -790332482,
-    b"a-little-bit-long-string": -985981536,
-    b"a-little-bit-longer-string": -1486304829,
-    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
-    b"abc": 479470107,
-}
 
 
 def test_vectorised_partitions_match_the_java_client() -> None:
