@@ -60,26 +60,64 @@ class FetchSessionHandler(Generic[K, P]):
 
     ``K`` identifies a partition (topic, index); ``P`` is its fetch position (offset, log start,
     leader epoch, max bytes), compared with ``==``: a partition whose position differs from the one
-    the broker holds is sent again. Call `build` for each request, then exactly one of
-    `handle_response` (with the response's top-level error code and session id) or `reset` (the
-    request failed, was abandoned, or its answer was lost with the connection: the broker may have
-    taken it and moved to the next epoch, so the next request starts over with a full fetch that
-    closes the old session).
+    the broker holds is sent again. The fetcher says what it wants either whole, by passing every
+    position to `build`, or by change, with `want` and `drop` for the partitions whose position or
+    membership changed since its last request and `build` without positions: then building an
+    incremental request costs the number of partitions that changed, not the number in the session
+    (a follower of 1,000 quiet partitions builds an empty request without looking at any of them).
+    Call `build` for each request, then exactly one of `handle_response` (with the response's
+    top-level error code and session id) or `reset` (the request failed, was abandoned, or its
+    answer was lost with the connection: the broker may have taken it and moved to the next epoch,
+    so the next request starts over with a full fetch that closes the old session).
     """
 
     def __init__(self) -> None:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self._session: dict[K, P] = {}  # the partitions and positions the broker holds for the session
-        self._pending: dict[K, P] | None = None
+        self._wanted: dict[K, P] = {}  # the partitions and positions the next request should leave it holding
+        # Every partition whose wanted position may differ from the session's: outside it the two agree
+        # while a session is open (at the initial epoch the next request is full and sends all of _wanted).
+        self._changed: set[K] = set()
+        # What the request out sent: its partitions and positions, the partitions it forgot, whether full.
+        self._pending: tuple[dict[K, P], list[K], bool] | None = None
 
-    def build(self, positions: Mapping[K, P]) -> SessionRequest[K, P]:
-        wanted = dict(positions)
-        self._pending = wanted
+    def want(self, key: K, position: P) -> None:
+        """The next request should fetch ``key`` from ``position``."""
+        self._wanted[key] = position
+        self._changed.add(key)
+
+    def drop(self, key: K) -> None:
+        """The next request should not fetch ``key`` (the session forgets it if it holds it)."""
+        self._wanted.pop(key, None)
+        self._changed.add(key)
+
+    def build(self, positions: Mapping[K, P] | None = None) -> SessionRequest[K, P]:
+        """The next request: full at the initial epoch, else only what changed. ``positions``, if
+        given, replaces every wanted position (compared with the previous ones, so it costs their count)."""
+        if positions is not None:
+            wanted = dict(positions)
+            previous = self._wanted
+            self._changed.update(key for key, position in wanted.items() if previous.get(key) != position)
+            self._changed.update(key for key in previous if key not in wanted)
+            self._wanted = wanted
         if self.epoch == INITIAL_EPOCH:
-            return SessionRequest(self.session_id, INITIAL_EPOCH, wanted, [])
-        to_send = {key: position for key, position in wanted.items() if self._session.get(key) != position}
-        to_forget = [key for key in self._session if key not in wanted]
+            to_send = dict(self._wanted)
+            self._changed.clear()
+            self._pending = (to_send, [], True)
+            return SessionRequest(self.session_id, INITIAL_EPOCH, to_send, [])
+        session, wanted = self._session, self._wanted
+        to_send = {}
+        to_forget = []
+        for key in self._changed:
+            position = wanted.get(key)
+            if position is None:
+                if key in session:
+                    to_forget.append(key)
+            elif session.get(key) != position:
+                to_send[key] = position
+        self._changed.clear()
+        self._pending = (to_send, to_forget, False)
         return SessionRequest(self.session_id, self.epoch, to_send, to_forget)
 
     def handle_response(self, error_code: int, session_id: int) -> bool:
@@ -103,7 +141,21 @@ class FetchSessionHandler(Generic[K, P]):
             return False
         else:
             self.epoch = next_epoch(self.epoch)
-        self._session = pending if pending is not None and self.session_id != INVALID_SESSION_ID else {}
+        if self.session_id == INVALID_SESSION_ID:
+            self._session = {}
+            return True
+        if pending is None:
+            # No request was built for this answer: send every wanted partition again.
+            self._session = {}
+            self._changed.update(self._wanted)
+            return True
+        sent, forgotten, full = pending
+        if full:
+            self._session = dict(sent)  # its own copy: the request's to_send is the caller's
+        else:
+            self._session.update(sent)
+            for key in forgotten:
+                del self._session[key]
         return True
 
     def reset(self) -> None:

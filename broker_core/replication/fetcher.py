@@ -77,7 +77,7 @@ TROUBLE_LOG_INTERVAL_S = 10.0
 class FollowedPartition:
     partition: Partition
     leader_epoch: int
-    needs_truncation: bool = True
+    # Set through the fetcher (`ReplicaFetcher._stall`), which also keeps the stalled partitions apart.
     stalled_until: float = 0.0
     # The position the next fetch asks for; None once the replica changed (the fetcher is marked).
     position: FetchPosition | None = None
@@ -89,10 +89,6 @@ class FollowedPartition:
             position = self.position = FetchPosition(partition.index, self.leader_epoch, partition.log_end_offset,
                                                      partition.log_start_offset, max_bytes)
         return position
-
-    def stall(self, seconds: float) -> None:
-        """Skip this partition for a while: its leader refused it; new metadata or time may fix that."""
-        self.stalled_until = asyncio.get_running_loop().time() + seconds
 
 
 def java_string_hash(text: str) -> int:
@@ -126,6 +122,16 @@ class ReplicaFetcher:
         self.throttle = throttle
         self.partitions: dict[tuple[str, int], FollowedPartition] = {}
         self.session: FetchSessionHandler[tuple[str, int], FetchPosition] = FetchSessionHandler()
+        # What a fetch needs to look at, kept as it changes so that an idle fetch costs nothing per
+        # partition: the partitions whose position, membership or stall changed since the last request
+        # was built (told to the session handler then), those stalled, and those needing truncation.
+        self._changed: set[tuple[str, int]] = set()
+        self._stalled: dict[tuple[str, int], FollowedPartition] = {}
+        self._truncating: set[tuple[str, int]] = set()
+        # The partitions held back or sent with a smaller size by the replication throttle in the last
+        # request, and the replica.fetch.max.bytes it used: when either changes, every position is rebuilt.
+        self._throttled: set[tuple[str, int]] = set()
+        self._max_bytes: int | None = None
         self._connection: BrokerConnection | None = None
         self._task: asyncio.Task | None = None
         self._wakeup = asyncio.Event()
@@ -146,11 +152,14 @@ class ReplicaFetcher:
             if current is not None and current.partition is not partition:
                 current.partition.remove_session(self)
             self.partitions[key] = FollowedPartition(partition, partition.leader_epoch)
+            self._stalled.pop(key, None)
+            self._truncating.add(key)
+            self._changed.add(key)
             # Marked on every append, truncation and log start move: the position is rebuilt only then.
             partition.add_session(self, key)
             self._membership_changed.set()
         else:
-            current.stalled_until = 0.0
+            self._unstall(key, current)
         self._wakeup.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader_id}-{self.fetcher_id}")
@@ -159,12 +168,40 @@ class ReplicaFetcher:
         followed = self.partitions.pop(key, None)
         if followed is not None:
             followed.partition.remove_session(self)
+            self._stalled.pop(key, None)
+            self._truncating.discard(key)
+            self._changed.add(key)
 
     def mark(self, key: tuple[str, int]) -> None:
         """The replica followed as ``key`` changed (`Partition.add_session`): its position is read again."""
         followed = self.partitions.get(key)
         if followed is not None:
             followed.position = None
+            self._changed.add(key)
+
+    def _stall(self, f: FollowedPartition, seconds: float) -> None:
+        """Skip this partition for a while: its leader refused it; new metadata or time may fix that."""
+        f.stalled_until = asyncio.get_running_loop().time() + seconds
+        key = (f.partition.topic, f.partition.index)
+        if self.partitions.get(key) is f:
+            self._stalled[key] = f
+            self._changed.add(key)
+
+    def _unstall(self, key: tuple[str, int], f: FollowedPartition) -> None:
+        f.stalled_until = 0.0
+        if self._stalled.pop(key, None) is not None:
+            self._changed.add(key)
+
+    def _set_truncation(self, f: FollowedPartition, needed: bool) -> None:
+        """Whether ``f`` must check divergence with the leader before it fetches again (a partition
+        followed anew starts with the check; one replaced since ``f`` was chosen keeps its own)."""
+        key = (f.partition.topic, f.partition.index)
+        if self.partitions.get(key) is not f:
+            return
+        if needed:
+            self._truncating.add(key)
+        else:
+            self._truncating.discard(key)
 
     async def stop(self) -> None:
         # Following nothing ends the loop even if the cancellation is lost: Python 3.11's
@@ -227,10 +264,11 @@ class ReplicaFetcher:
         while self.partitions:
             self._membership_changed.clear()
             now = asyncio.get_running_loop().time()
-            active = [f for f in self.partitions.values() if f.stalled_until <= now]
-            if not active:
+            for key, f in [(key, f) for key, f in self._stalled.items() if f.stalled_until <= now]:
+                self._unstall(key, f)
+            if len(self._stalled) == len(self.partitions):
                 self._wakeup.clear()
-                wake_at = min(f.stalled_until for f in self.partitions.values())
+                wake_at = min(f.stalled_until for f in self._stalled.values())
                 try:
                     await asyncio.wait_for(self._wakeup.wait(), max(0.0, wake_at - now))
                 except TimeoutError:
@@ -241,11 +279,11 @@ class ReplicaFetcher:
                 if connection is None:
                     await asyncio.sleep(self._leader_trouble(_RETRY_BACKOFF_S))
                     continue
-                truncating = [f for f in active if f.needs_truncation]
+                truncating = [self.partitions[key] for key in self._truncating if key not in self._stalled]
                 if truncating:
                     await self._truncate(connection, truncating)
                     continue
-                await self._fetch(connection, active)
+                await self._fetch(connection)
             except asyncio.CancelledError:
                 raise
             except (ClientError, OSError) as exc:
@@ -275,7 +313,7 @@ class ReplicaFetcher:
         for f in followed:
             latest = f.partition.log.leader_epochs.latest_epoch
             if latest is None:
-                f.needs_truncation = False  # nothing of ours can diverge: the log holds no batches
+                self._set_truncation(f, False)  # nothing of ours can diverge: the log holds no batches
                 continue
             asks.append((f, latest))
         if not asks:
@@ -294,7 +332,7 @@ class ReplicaFetcher:
         for f, latest in asks:
             answer = answers.get((f.partition.topic, f.partition.index))
             if answer is None or answer.error_code != ErrorCode.none:
-                f.stall(self._leader_trouble(self._stall_s))
+                self._stall(f, self._leader_trouble(self._stall_s))
                 continue
             log_ = f.partition.log
             if answer.end_offset < 0:
@@ -311,26 +349,27 @@ class ReplicaFetcher:
                          extra={"topic": f.partition.topic, "partition": f.partition.index, "epoch": f.leader_epoch,
                                 "leader": self.leader_id, "from_offset": log_.log_end_offset, "to_offset": target})
                 f.partition.truncate_to(target)
-            f.needs_truncation = False
+            self._set_truncation(f, False)
 
     # fetching ----------------------------------------------------------------------------------
 
-    async def _fetch(self, connection: BrokerConnection, followed: list[FollowedPartition]) -> None:
+    async def _fetch(self, connection: BrokerConnection) -> None:
         if self._membership_changed.is_set():
-            return  # a partition joined since `followed` was chosen: choose again
+            return  # a partition joined since the loop looked: truncate it first
         config = self.context.config
         # Not past the moment a stalled partition is due again: it is not in this request, and a
         # long poll would otherwise hold its retry back.
         wait_ms = config.get_int("replica.fetch.wait.max.ms")
         now = asyncio.get_running_loop().time()
-        due = [f.stalled_until - now for f in self.partitions.values() if f.stalled_until > now]
+        due = [f.stalled_until - now for f in self._stalled.values() if f.stalled_until > now]
         if due:
             wait_ms = min(wait_ms, int(min(due) * 1000))
         max_bytes = config.get_int("replica.fetch.max.bytes")
         throttle = self.throttle
-        throttled = ({(f.partition.topic, f.partition.index) for f in followed if self._throttles(f.partition)}
+        throttled = ({key for key, f in self.partitions.items() if key not in self._stalled and self._throttles(f.partition)}
                      if throttle is not None and throttle.limited() else set())
         throttled_max_bytes = max_bytes
+        held_back: set[tuple[str, int]] = set()
         if throttled and throttle is not None:
             throttled_max_bytes = throttle.fetch_bytes(max_bytes)
             now_s = time.monotonic()
@@ -339,18 +378,25 @@ class ReplicaFetcher:
                 # out (the fetch session forgets them until they come back), and are back once the
                 # throttle's debt is paid.
                 back_in_s = min(max(throttle.wait_s(now_s), 0.001), THROTTLE_BACKOFF_S)
-                followed = [f for f in followed if (f.partition.topic, f.partition.index) not in throttled]
-                if not followed:
+                if len(throttled) + len(self._stalled) == len(self.partitions):
                     await asyncio.sleep(back_in_s)
                     return
+                held_back = throttled
                 wait_ms = min(wait_ms, max(1, int(back_in_s * 1000)))
-        wanted = {(f.partition.topic, f.partition.index):
-                  f.fetch_position(throttled_max_bytes if (f.partition.topic, f.partition.index) in throttled
-                                   else max_bytes)
-                  for f in followed}
         if connection.version_for(ApiKey.FETCH) < FETCH_VERSION:
             raise ClientError(f"leader {self.leader_id} does not serve Fetch v{FETCH_VERSION}")
-        session = self.session.build(wanted)
+        if throttled or self._throttled or max_bytes != self._max_bytes:
+            # The throttle holds replicas (or just let them go), or the size asked changed: rebuild all.
+            self._changed.update(self.partitions)
+        self._throttled, self._max_bytes = throttled | held_back, max_bytes
+        for key in self._changed:
+            f = self.partitions.get(key)
+            if f is None or key in self._stalled or key in held_back:
+                self.session.drop(key)
+            else:
+                self.session.want(key, f.fetch_position(throttled_max_bytes if key in throttled else max_bytes))
+        self._changed.clear()
+        session = self.session.build()
         positions: dict[str, list[FetchPosition]] = {}
         for (topic, _), position in session.to_send.items():
             positions.setdefault(topic, []).append(position)
@@ -413,7 +459,7 @@ class ReplicaFetcher:
                      self.leader_id, code.name,
                      extra={"topic": partition.topic, "partition": partition.index, "epoch": partition.leader_epoch,
                             "leader": self.leader_id, "error": code.name})
-            f.stall(self._leader_trouble(self._stall_s))
+            self._stall(f, self._leader_trouble(self._stall_s))
             return True
         if answer.records:
             try:
@@ -422,7 +468,7 @@ class ReplicaFetcher:
             except (LogError, RecordsError) as exc:
                 log.warning("%s-%d: cannot append replicated batches: %s; re-checking divergence",
                             partition.topic, partition.index, exc)
-                f.needs_truncation = True
+                self._set_truncation(f, True)
                 return False
             if self.partitions.get((partition.topic, partition.index)) is not f or f.leader_epoch != partition.leader_epoch:
                 return False  # unfollowed or led anew while the bytes were written: the rest is stale
@@ -436,7 +482,7 @@ class ReplicaFetcher:
         partition = f.partition
         latest = await self._leader_offset(connection, f, LATEST_TIMESTAMP)
         if latest is None:
-            f.stall(self._leader_trouble(self._stall_s))
+            self._stall(f, self._leader_trouble(self._stall_s))
             return
         if partition.log_end_offset > latest:
             partition.truncate_to(latest)

@@ -104,9 +104,10 @@ class IsrManager:
         lag_max = self.context.config.get_int("replica.lag.time.max.ms")
         now = time.monotonic() * 1000
         changes: list[tuple[Partition, PartitionState]] = []
-        for partition in list(self.context.replicas.partitions.values()):
-            if partition.isr_check_due_ms > now:
-                continue
+        # One comprehension picks the due partitions: at 1,000 replicas nearly none is, and this line is
+        # then the whole pass (four times a second), so the loop below runs only for the due ones.
+        due = [p for p in self.context.replicas.partitions.values() if p.isr_check_due_ms <= now]
+        for partition in due:
             if not partition.is_leader:
                 partition.isr_check_due_ms = math.inf  # until it becomes leader again
                 continue

@@ -62,6 +62,36 @@ def test_session_errors_and_lost_answers_start_over_with_a_full_request() -> Non
     assert handler.build(wanted).full
 
 
+def test_positions_told_by_change_build_the_same_requests_as_whole_ones() -> None:
+    handler: FetchSessionHandler[tuple[str, int], FetchPosition] = FetchSessionHandler()
+    for p in range(4):
+        handler.want(("t", p), position(p, 0))
+    first = handler.build()
+    assert first.full and list(first.to_send) == [("t", p) for p in range(4)]
+    handler.want(("t", 1), position(1, 3))  # changed while the full request was out: sent next
+    assert handler.handle_response(ErrorCode.none, 5)
+    second = handler.build()
+    assert (second.epoch, second.to_send, second.to_forget) == (1, {("t", 1): position(1, 3)}, [])
+    assert handler.handle_response(ErrorCode.none, 5)
+    handler.want(("t", 2), position(2, 0))  # told again, unchanged: not sent
+    handler.drop(("t", 3))
+    handler.drop(("t", 9))  # never in the session: nothing to forget
+    third = handler.build()
+    assert (third.epoch, third.to_send, third.to_forget) == (2, {}, [("t", 3)])
+    assert handler.handle_response(ErrorCode.none, 5)
+    fourth = handler.build()
+    assert (fourth.to_send, fourth.to_forget) == ({}, [])
+    handler.reset()  # the answer was lost: the next request is full, with what is wanted now
+    again = handler.build()
+    assert again.full and again.to_send == {("t", 0): position(0, 0), ("t", 1): position(1, 3),
+                                            ("t", 2): position(2, 0)}
+    assert handler.handle_response(ErrorCode.none, 6)
+    handler.want(("t", 3), position(3, 7))
+    assert handler.build().to_send == {("t", 3): position(3, 7)}
+    assert not handler.handle_response(ErrorCode.invalid_fetch_session_epoch, 0)
+    assert len(handler.build().to_send) == 4  # after a session error the full fetch carries all four
+
+
 def _leader_reads(cache: FetchSessionCache, frame: bytes, high_watermarks: dict[int, int]) -> tuple[int, list[int], int]:
     """The leader's side: decode the request as the broker does, answer it through its session context.
     (session id, partitions answered, partitions named in the request)."""
