@@ -100,8 +100,8 @@ class LeaderEpochCheckpoint:
         As in Kafka: nothing happens if ``epoch`` is already the latest epoch with a start at or below
         ``start_offset``; otherwise every entry with an epoch >= ``epoch`` or a start offset >=
         ``start_offset`` is dropped first, so the list stays increasing in both. With ``durable``
-        False the file is replaced without fsyncs (see ``checkpoint.atomic_write``), and unless it was
-        the first entry a durable write is owed. With ``write`` False only the list changes: the
+        False the file is replaced without fsyncs (see ``checkpoint.atomic_write``), and a durable
+        write is owed (``unwritten``). With ``write`` False only the list changes: the
         caller has `write_pending` run before any batch of the epoch is written (off the writer's
         thread if it likes). See the class doc on writes owed.
         """

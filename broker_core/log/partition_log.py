@@ -587,10 +587,7 @@ class PartitionLog:
         if latest is None or latest >= epoch:
             return  # a log with no epoch yet records its first at its first batch (or `begin_first_epoch`)
         self.leader_epochs.assign(epoch, self.log_end_offset, write=False)
-        if self.run_in_background is None:
-            self.leader_epochs.write_pending()
-        else:
-            self.run_in_background(self.leader_epochs.write_pending)
+        self._off_writer_thread(self.leader_epochs.write_pending)
 
     def begin_first_epoch(self, epoch: int) -> bool:
         """For a log that holds nothing yet and has no leader epoch recorded: record that ``epoch``
@@ -1051,12 +1048,16 @@ class PartitionLog:
         system's journal; nothing in the log refers to them any more, and readers' slices of them have
         had the delay to finish."""
         due = self._retired.take_expired()
-        if not due:
-            return
+        if due:
+            self._off_writer_thread(functools.partial(_close_and_delete, due))
+
+    def _off_writer_thread(self, work: Callable[[], None]) -> None:
+        """Run ``work`` (file work nothing on the writer's thread waits for) on the owner's worker
+        thread when it gives one (`run_in_background`), else here."""
         if self.run_in_background is None:
-            _close_and_delete(due)
+            work()
         else:
-            self.run_in_background(functools.partial(_close_and_delete, due))
+            self.run_in_background(work)
 
     def _truncate_cleaner_checkpoint(self, offset: int) -> None:
         """Pull a compacted log's first dirty offset back to ``offset``: what is appended after a truncation is dirty."""
