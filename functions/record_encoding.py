@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from broker_core.records import EncodedRecords, SimpleRecord, build_batch
+from broker_core.records import EncodedRecords, SimpleRecord, build_batch, encode_varint
 
 # (key, value, headers, timestamp ms) of one record.
 RecordParts = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
@@ -24,30 +24,19 @@ _ATTRIBUTES_AND_TIMESTAMP_DELTA = b"\x00\x00"
 _NO_HEADERS = b"\x00"
 
 
-def _zigzag(value: int) -> bytes:
-    """The zigzag varint of a non-negative int32."""
-    unsigned = value << 1
-    out = bytearray()
-    while unsigned >= 0x80:
-        out.append((unsigned & 0x7F) | 0x80)
-        unsigned >>= 7
-    out.append(unsigned)
-    return bytes(out)
-
-
-_SMALL = tuple(_zigzag(value) for value in range(1 << 14))
+_SMALL = tuple(encode_varint(value) for value in range(1 << 14))
 _SMALL_LIMIT = len(_SMALL)
 
 
 def _varint(value: int) -> bytes:
-    return _SMALL[value] if value < _SMALL_LIMIT else _zigzag(value)
+    return _SMALL[value] if value < _SMALL_LIMIT else encode_varint(value)
 
 
 def _nullable(data: bytes | None) -> bytes:
     if data is None:
         return _NULL
     size = len(data)
-    return (_SMALL[size] if size < _SMALL_LIMIT else _zigzag(size)) + data
+    return (_SMALL[size] if size < _SMALL_LIMIT else encode_varint(size)) + data
 
 
 def _headers(headers: tuple[tuple[str, bytes | None], ...]) -> bytes:
@@ -68,12 +57,12 @@ def records_section(records: Sequence[RecordParts]) -> bytes:
     for offset_delta, (key, value, headers, _) in enumerate(records):
         body = b"".join((
             _ATTRIBUTES_AND_TIMESTAMP_DELTA,
-            small[offset_delta] if offset_delta < limit else _zigzag(offset_delta),
-            _NULL if key is None else (small[len(key)] if len(key) < limit else _zigzag(len(key))) + key,
-            _NULL if value is None else (small[len(value)] if len(value) < limit else _zigzag(len(value))) + value,
+            small[offset_delta] if offset_delta < limit else encode_varint(offset_delta),
+            _NULL if key is None else (small[len(key)] if len(key) < limit else encode_varint(len(key))) + key,
+            _NULL if value is None else (small[len(value)] if len(value) < limit else encode_varint(len(value))) + value,
             _headers(headers) if headers else _NO_HEADERS,
         ))
-        append(small[len(body)] if len(body) < limit else _zigzag(len(body)))
+        append(small[len(body)] if len(body) < limit else encode_varint(len(body)))
         append(body)
     return b"".join(parts)
 
