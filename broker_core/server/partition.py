@@ -280,7 +280,7 @@ class Partition:
             # A new leader knows nothing of its followers' progress until they fetch again.
             self.followers = {r: ReplicaState(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
             self.leader_epoch_start_offset = self.log.log_end_offset
-            log.log(logging.INFO if announce else logging.DEBUG,"%s-%d: leader at epoch %d from offset %d, ISR %s", self.topic, self.index, leader_epoch,
+            log.log(logging.INFO if announce else logging.DEBUG, "%s-%d: leader at epoch %d from offset %d, ISR %s", self.topic, self.index, leader_epoch,
                      self.leader_epoch_start_offset, list(isr), extra=self._fields(
                          leader=self.broker_id, partition_epoch=partition_epoch, isr=list(isr),
                          start_offset=self.leader_epoch_start_offset))
@@ -291,7 +291,7 @@ class Partition:
                         *, announce: bool = True) -> None:
         """Follow ``leader_id`` at ``leader_epoch``; ``announce``: see `become_leader`."""
         if (leader_id, leader_epoch) != (self.leader_id, self.leader_epoch):
-            log.log(logging.INFO if announce else logging.DEBUG,"%s-%d: follower of broker %d at epoch %d", self.topic, self.index, leader_id, leader_epoch,
+            log.log(logging.INFO if announce else logging.DEBUG, "%s-%d: follower of broker %d at epoch %d", self.topic, self.index, leader_id, leader_epoch,
                      extra={"topic": self.topic, "partition": self.index, "epoch": leader_epoch, "leader": leader_id,
                             "partition_epoch": partition_epoch, "isr": list(isr)})
         self.leader_id = leader_id
